@@ -1,0 +1,161 @@
+"""Settings, read from the environment (prefix ``OUTBOX_MAILER_``, nesting ``__``).
+
+Every default is documented next to its field; the README's settings table
+mirrors this file. Secrets are ``SecretStr`` and can come from files in a
+secrets directory (``OUTBOX_MAILER_SECRETS_DIR`` or systemd's
+``$CREDENTIALS_DIRECTORY``): a file named ``smtp__password`` holds
+``OUTBOX_MAILER_SMTP__PASSWORD``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, SecretStr, ValidationError, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from .errors import ConfigurationError
+
+ENV_PREFIX = "OUTBOX_MAILER_"
+TLS_DEFAULT_PORTS = {"none": 25, "starttls": 587, "implicit": 465}
+
+
+class SmtpSettings(BaseModel):
+    host: str = "localhost"  # mail server (MTA, relay or provider's SMTP endpoint)
+    port: int | None = Field(default=None, ge=1, le=65535)  # None: 25 / 587 / 465 by tls
+    tls: Literal["none", "starttls", "implicit"] = "starttls"  # starttls is required, not opportunistic
+    username: str | None = None  # AUTH only when set
+    password: SecretStr | None = None
+    allow_plaintext_auth: bool = False  # AUTH over tls=none is refused unless this is true
+    validate_certs: bool = True
+    ca_file: str | None = None  # extra CA bundle (PEM) for private relays
+    helo_name: str | None = None  # None: the local host name
+    pool_size: int = Field(default=4, ge=1, le=256)  # persistent connections
+    connect_timeout_seconds: float = Field(default=10.0, gt=0)
+    command_timeout_seconds: float = Field(default=30.0, gt=0)  # each MAIL/RCPT reply
+    data_timeout_seconds: float = Field(default=120.0, gt=0)  # reply after the message body
+
+    @property
+    def effective_port(self) -> int:
+        return self.port if self.port is not None else TLS_DEFAULT_PORTS[self.tls]
+
+    @property
+    def send_timeout_seconds(self) -> float:
+        """Upper bound of one send: connect + greeting/EHLO/TLS/AUTH + MAIL + RCPTs + DATA."""
+        return self.connect_timeout_seconds + 4 * self.command_timeout_seconds + self.data_timeout_seconds
+
+    @model_validator(mode="after")
+    def _auth_needs_tls(self) -> SmtpSettings:
+        if (self.username is None) != (self.password is None):
+            raise ValueError("smtp.username and smtp.password must be set together")
+        if self.username is not None and self.tls == "none" and not self.allow_plaintext_auth:
+            raise ValueError(
+                "smtp credentials are set but smtp.tls is 'none': the password would cross the "
+                "network in clear text; set OUTBOX_MAILER_SMTP__TLS=starttls or implicit, or "
+                "OUTBOX_MAILER_SMTP__ALLOW_PLAINTEXT_AUTH=true if you really mean it"
+            )
+        return self
+
+
+class RetrySettings(BaseModel):
+    base_seconds: float = Field(default=30.0, gt=0)  # first retry within [0, base]
+    max_seconds: float = Field(default=3600.0, gt=0)  # cap of one backoff delay
+
+    @model_validator(mode="after")
+    def _base_le_max(self) -> RetrySettings:
+        if self.base_seconds > self.max_seconds:
+            raise ValueError("retry.base_seconds must not exceed retry.max_seconds")
+        return self
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        env_nested_delimiter="__",
+        env_file=".env",
+        env_file_encoding="utf-8",
+        extra="ignore",
+        case_sensitive=False,
+    )
+
+    database_url: SecretStr | None = None  # postgresql://user:pass@host/db (session-capable)
+    default_from: str | None = None  # sender when a row's from_address is null
+    smtp: SmtpSettings = SmtpSettings()
+    retry: RetrySettings = RetrySettings()
+    max_attempts: int = Field(default=8, ge=1, le=1000)  # when a row's max_attempts is null
+    concurrency: int = Field(default=8, ge=1, le=10_000)  # sends in flight per daemon
+    batch_size: int = Field(default=100, ge=1, le=10_000)  # rows per claim
+    poll_interval_seconds: float = Field(default=5.0, gt=0)  # fallback when NOTIFY is missed
+    shutdown_grace_seconds: float = Field(default=30.0, ge=0)  # finish in-flight sends on SIGTERM
+    in_doubt: Literal["resend", "hold"] = "resend"  # ambiguous outcome: resend or hold for an operator
+    rescue_after_seconds: float | None = Field(default=None, gt=0)  # None: smtp send timeout + 30
+    rescue_interval_seconds: float = Field(default=15.0, gt=0)  # how often dead claims are looked for
+    max_message_bytes: int = Field(default=10 * 1024 * 1024, ge=1024)  # composed size limit
+    message_id_secret: SecretStr | None = None  # HMAC key for Message-IDs; keep it stable
+    worker_name: str | None = None  # recorded with each attempt; None: host:pid
+
+    @property
+    def effective_rescue_after_seconds(self) -> float:
+        if self.rescue_after_seconds is not None:
+            return self.rescue_after_seconds
+        return self.smtp.send_timeout_seconds + 30.0
+
+    @model_validator(mode="after")
+    def _cross_field(self) -> Settings:
+        if self.rescue_after_seconds is not None and self.rescue_after_seconds <= self.smtp.send_timeout_seconds:
+            raise ValueError(
+                f"rescue_after_seconds ({self.rescue_after_seconds:g}) must exceed the total SMTP send "
+                f"timeout ({self.smtp.send_timeout_seconds:g} s), or a live send could be rescued"
+            )
+        return self
+
+    def require_database_url(self) -> str:
+        if self.database_url is None:
+            raise ConfigurationError(
+                f"{ENV_PREFIX}DATABASE_URL is not set", setting=f"{ENV_PREFIX}DATABASE_URL"
+            )
+        return self.database_url.get_secret_value()
+
+    def redacted(self) -> dict[str, Any]:
+        """The effective configuration, secrets replaced by '**********'."""
+        data = self.model_dump(mode="json")
+        if self.database_url is not None:
+            data["database_url"] = _redact_url(self.database_url.get_secret_value())
+        return data
+
+
+def _redact_url(url: str) -> str:
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)
+    user = parts.username or ""
+    return urlunsplit(parts._replace(netloc=f"{user}:**********@{netloc[-1]}"))
+
+
+def _setting_name(loc: tuple[Any, ...]) -> str:
+    return ENV_PREFIX + "__".join(str(p).upper() for p in loc) if loc else "configuration"
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Read settings; turn validation errors into one ConfigurationError naming the setting."""
+    secrets_dir = os.environ.get(f"{ENV_PREFIX}SECRETS_DIR") or os.environ.get("CREDENTIALS_DIRECTORY")
+    kwargs: dict[str, Any] = dict(overrides)
+    if secrets_dir:
+        if not os.path.isdir(secrets_dir):
+            raise ConfigurationError(f"secrets directory {secrets_dir!r} does not exist")
+        kwargs["_secrets_dir"] = secrets_dir
+    try:
+        return Settings(**kwargs)
+    except ValidationError as exc:
+        lines = []
+        first_setting = None
+        for err in exc.errors():
+            name = _setting_name(tuple(err.get("loc", ())))
+            first_setting = first_setting or name
+            msg = err.get("msg", "invalid")
+            lines.append(f"{name}: {msg}")
+        raise ConfigurationError("invalid configuration: " + "; ".join(lines), setting=first_setting) from exc

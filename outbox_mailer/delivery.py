@@ -1,0 +1,133 @@
+"""The vocabulary shared by every part of the daemon.
+
+* :class:`Delivery` – one claimed ``email_deliveries`` row, as the claimer
+  hands it to the sender.
+* :class:`ComposedMessage` – what composition makes of a row: envelope and
+  the exact bytes to send.
+* :class:`Outcome` – what a transport reports about one attempt.
+* :class:`Transport` – the seam every transport implements.
+"""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol
+
+
+class Status(enum.StrEnum):
+    PENDING = "pending"
+    SENDING = "sending"
+    SENT = "sent"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    IN_DOUBT = "in_doubt"
+
+
+FINAL_STATUSES = frozenset({Status.SENT, Status.FAILED, Status.CANCELLED})
+
+
+class OutcomeKind(enum.StrEnum):
+    """Outcome of one attempt, as recorded in ``email_delivery_attempts``."""
+
+    SENT = "sent"  # the server/provider accepted the message
+    TRANSIENT = "transient"  # not sent; may succeed later
+    PERMANENT = "permanent"  # not sent; will never succeed as is
+    AMBIGUOUS = "ambiguous"  # may or may not have been accepted
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """A row claimed by this process (status ``sending``, our claim token)."""
+
+    id: int
+    dedupe_key: str
+    claim_token: uuid.UUID
+    attempts: int  # including the attempt being made now
+    max_attempts: int | None
+    from_address: str | None
+    to_addresses: tuple[str, ...]
+    cc_addresses: tuple[str, ...]
+    bcc_addresses: tuple[str, ...]
+    reply_to: str | None
+    subject: str
+    text_body: str | None
+    html_body: str | None
+    headers: dict[str, Any]
+    attachments: list[Any]
+    metadata: dict[str, Any]
+    transport: str | None
+    priority: int
+    scheduled_at: datetime
+    expires_at: datetime | None
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ComposedMessage:
+    """A message ready for the wire."""
+
+    sender: str  # envelope MAIL FROM, ASCII (IDN domains in punycode)
+    recipients: tuple[str, ...]  # envelope RCPT TO: to + cc + bcc, deduplicated
+    message_id: str  # with angle brackets
+    data: bytes  # RFC 5322 message, CRLF line endings, no Bcc header
+
+
+@dataclass(frozen=True, slots=True)
+class RefusedRecipient:
+    address: str
+    reply_code: int | None
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What happened to one attempt. Transports return it; they never raise it."""
+
+    kind: OutcomeKind
+    error: str | None = None  # human readable, no secrets
+    reply_code: int | None = None
+    enhanced_code: str | None = None  # RFC 3463, e.g. "5.1.1"
+    provider_message_id: str | None = None
+    retry_after_seconds: float | None = None
+    refused: tuple[RefusedRecipient, ...] = field(default=())
+    # False when the attempt never reached a server that could judge the
+    # message (e.g. composition failed before any I/O is still charged; an
+    # outage may be uncharged).
+    charge_attempt: bool = True
+
+    @classmethod
+    def sent(cls, provider_message_id: str | None = None, **kw: Any) -> Outcome:
+        return cls(OutcomeKind.SENT, provider_message_id=provider_message_id, **kw)
+
+    @classmethod
+    def transient(cls, error: str, **kw: Any) -> Outcome:
+        return cls(OutcomeKind.TRANSIENT, error=error, **kw)
+
+    @classmethod
+    def permanent(cls, error: str, **kw: Any) -> Outcome:
+        return cls(OutcomeKind.PERMANENT, error=error, **kw)
+
+    @classmethod
+    def ambiguous(cls, error: str, **kw: Any) -> Outcome:
+        return cls(OutcomeKind.AMBIGUOUS, error=error, **kw)
+
+
+class Transport(Protocol):
+    """One way of handing a message to the outside world."""
+
+    name: str
+
+    async def send(self, message: ComposedMessage, delivery: Delivery) -> Outcome:
+        """Try once. Never raises for a delivery problem: report it as an Outcome."""
+
+    async def check(self) -> str:
+        """Reach the server without sending; return a one-line description.
+
+        Raises :class:`outbox_mailer.errors.TransportUnavailable`.
+        """
+
+    async def aclose(self) -> None:
+        """Close pooled connections."""

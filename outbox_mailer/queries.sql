@@ -1,0 +1,179 @@
+-- Every runtime query of outbox-mailer, one named block each.
+-- A block starts with `-- name: <name>` followed by a one-line description
+-- comment; the name matches the Store method that runs it. Loaded once by
+-- outbox_mailer/queries.py; tests/integration/test_queries.py prepares every
+-- block against a migrated database.
+--
+-- Advisory locks: session level, 64-bit, namespaced by hashing
+-- 'outbox-mailer:' || dedupe_key. A hash collision between two keys can only
+-- make one wait for the other, never let two daemons hold one key.
+
+-- name: claim_due
+-- Claim up to $1 due rows for worker $3 with claim token $2, taking the per-key advisory lock of each.
+WITH candidates AS (
+    SELECT id, dedupe_key
+    FROM email_deliveries
+    WHERE status = 'pending' AND scheduled_at <= now()
+    ORDER BY priority DESC, scheduled_at, id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), locked AS (
+    SELECT id FROM candidates
+    WHERE pg_try_advisory_lock(hashtextextended('outbox-mailer:' || dedupe_key, 0))
+)
+UPDATE email_deliveries d
+SET status = 'sending', claim_token = $2, claimed_at = now(), claimed_by = $3,
+    attempts = d.attempts + 1, updated_at = now()
+FROM locked
+WHERE d.id = locked.id
+RETURNING d.id, d.dedupe_key, d.claim_token, d.attempts, d.max_attempts, d.from_address,
+          d.to_addresses, d.cc_addresses, d.bcc_addresses, d.reply_to, d.subject, d.text_body,
+          d.html_body, d.headers, d.attachments, d.metadata, d.transport, d.priority,
+          d.scheduled_at, d.expires_at, d.created_at;
+
+-- name: release_locks
+-- Release this session's advisory locks of the given dedupe keys (after their outcome committed).
+SELECT count(*) FILTER (WHERE pg_advisory_unlock(hashtextextended('outbox-mailer:' || k, 0)))
+FROM unnest($1::text[]) AS k;
+
+-- name: record_outcomes
+-- Apply decided transitions, fenced on (id, status = 'sending', claim_token); write every attempt. Returns the ids updated.
+WITH decided AS (
+    SELECT *
+    FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::timestamptz[], $5::text[], $6::text[],
+                $7::timestamptz[], $8::integer[])
+         AS o(id, claim_token, status, scheduled_at, last_error, provider_message_id, sent_at, refund)
+), updated AS (
+    UPDATE email_deliveries d
+    SET status = o.status,
+        scheduled_at = coalesce(o.scheduled_at, d.scheduled_at),
+        last_error = o.last_error,
+        provider_message_id = coalesce(o.provider_message_id, d.provider_message_id),
+        sent_at = o.sent_at,
+        attempts = d.attempts - o.refund,
+        claim_token = NULL,
+        updated_at = now()
+    FROM decided o
+    WHERE d.id = o.id AND d.status = 'sending' AND d.claim_token = o.claim_token
+    RETURNING d.id
+), attempt AS (
+    INSERT INTO email_delivery_attempts
+        (delivery_id, attempt, started_at, finished_at, outcome, reply_code, enhanced_code, error, transport, worker)
+    SELECT a.*
+    FROM unnest($9::bigint[], $10::integer[], $11::timestamptz[], $12::timestamptz[], $13::text[],
+                $14::smallint[], $15::text[], $16::text[], $17::text[], $18::text[])
+         AS a(delivery_id, attempt, started_at, finished_at, outcome, reply_code, enhanced_code, error, transport, worker)
+    WHERE EXISTS (SELECT 1 FROM email_deliveries e WHERE e.id = a.delivery_id)
+)
+SELECT id FROM updated;
+
+-- name: next_due_at
+-- When the earliest pending row becomes due (null when there is none).
+SELECT min(scheduled_at) AS next_due_at FROM email_deliveries WHERE status = 'pending';
+
+-- name: find_dead_claims
+-- Rows left in 'sending' longer than $1 seconds whose advisory lock nobody holds; locks them for this session.
+WITH stale AS (
+    SELECT id, dedupe_key, claim_token
+    FROM email_deliveries
+    WHERE status = 'sending' AND claimed_at < now() - make_interval(secs => $1)
+    ORDER BY claimed_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+)
+SELECT id, dedupe_key, claim_token FROM stale
+WHERE pg_try_advisory_lock(hashtextextended('outbox-mailer:' || dedupe_key, 0));
+
+-- name: rescue_claim
+-- Settle one dead claim: back to pending now (resend) or in_doubt (hold), fenced on its old token.
+UPDATE email_deliveries
+SET status = $3, claim_token = NULL, scheduled_at = CASE WHEN $3 = 'pending' THEN now() ELSE scheduled_at END,
+    last_error = $4, updated_at = now()
+WHERE id = $1 AND status = 'sending' AND claim_token = $2
+RETURNING id;
+
+-- name: status_by_keys
+-- The contract columns of the rows with these dedupe keys.
+SELECT id, dedupe_key, status, attempts, max_attempts, transport, priority, scheduled_at, expires_at,
+       last_error, provider_message_id, sent_at, created_at, updated_at,
+       to_addresses, subject
+FROM email_deliveries
+WHERE dedupe_key = ANY($1::text[]);
+
+-- name: attempts_of
+-- Every attempt of one delivery, oldest first.
+SELECT attempt, started_at, finished_at, outcome, reply_code, enhanced_code, error, transport, worker
+FROM email_delivery_attempts
+WHERE delivery_id = $1
+ORDER BY attempt, id;
+
+-- name: enqueue
+-- Insert one email unless its dedupe key exists. Returns the new id, or nothing for a duplicate.
+INSERT INTO email_deliveries
+    (dedupe_key, from_address, to_addresses, cc_addresses, bcc_addresses, reply_to, subject, text_body,
+     html_body, headers, attachments, metadata, transport, priority, scheduled_at, expires_at, max_attempts)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, coalesce($15, now()), $16, $17)
+ON CONFLICT (dedupe_key) DO NOTHING
+RETURNING id;
+
+-- name: retry
+-- Put a failed, cancelled or in_doubt row back to pending now, with $2 more attempts allowed.
+UPDATE email_deliveries
+SET status = 'pending', scheduled_at = now(), max_attempts = attempts + $2, last_error = NULL,
+    updated_at = now()
+WHERE dedupe_key = $1 AND status IN ('failed', 'cancelled', 'in_doubt')
+RETURNING id;
+
+-- name: cancel
+-- Cancel a pending row.
+UPDATE email_deliveries
+SET status = 'cancelled', last_error = 'cancelled by operator', updated_at = now()
+WHERE dedupe_key = $1 AND status = 'pending'
+RETURNING id;
+
+-- name: status_of
+-- The status of one row (to explain why retry/cancel did nothing).
+SELECT status FROM email_deliveries WHERE dedupe_key = $1;
+
+-- name: stats
+-- Counts per status, rows due now, and the age of the oldest due row.
+SELECT
+    count(*) FILTER (WHERE status = 'pending')   AS pending,
+    count(*) FILTER (WHERE status = 'sending')   AS sending,
+    count(*) FILTER (WHERE status = 'sent')      AS sent,
+    count(*) FILTER (WHERE status = 'failed')    AS failed,
+    count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
+    count(*) FILTER (WHERE status = 'in_doubt')  AS in_doubt,
+    count(*) FILTER (WHERE status = 'pending' AND scheduled_at <= now()) AS due_now,
+    extract(epoch FROM now() - min(scheduled_at) FILTER (WHERE status = 'pending' AND scheduled_at <= now()))
+        AS oldest_due_age_seconds
+FROM email_deliveries;
+
+-- name: count_unfinished
+-- How many rows are not final (pending, sending, in_doubt): the demo waits for zero.
+SELECT count(*) FROM email_deliveries WHERE status IN ('pending', 'sending');
+
+-- name: ensure_migrations_table
+-- The migration runner's own bookkeeping.
+CREATE TABLE IF NOT EXISTS outbox_mailer_migrations (
+    version    integer PRIMARY KEY,
+    name       text        NOT NULL,
+    checksum   text        NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+);
+
+-- name: lock_migrations
+-- Serialise concurrent migrate runs (held for the transaction).
+SELECT pg_advisory_xact_lock(hashtextextended('outbox-mailer:migrate', 0));
+
+-- name: applied_migrations
+-- Versions already applied, with their checksums.
+SELECT version, name, checksum FROM outbox_mailer_migrations ORDER BY version;
+
+-- name: record_migration
+-- Remember that a migration was applied.
+INSERT INTO outbox_mailer_migrations (version, name, checksum) VALUES ($1, $2, $3);
+
+-- name: schema_version
+-- Highest applied migration, or null (table exists but empty). Fails if the table is missing.
+SELECT max(version) AS version FROM outbox_mailer_migrations;

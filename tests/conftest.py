@@ -1,0 +1,84 @@
+"""Shared fixtures: one throwaway PostgreSQL for the whole session, a fresh
+migrated database per test (cloned from a template in a few milliseconds).
+
+Set OUTBOX_MAILER_TEST_DATABASE_URL to use an existing server instead; the
+role needs CREATEDB.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import uuid
+from collections.abc import Iterator
+from urllib.parse import urlsplit, urlunsplit
+
+import anyio
+import pytest
+
+from outbox_mailer.migrations import load_migrations
+from outbox_mailer.pgcluster import TemporaryPostgres
+from outbox_mailer.store import Store
+
+TEMPLATE = "outbox_mailer_template"
+
+
+@pytest.fixture(scope="session")
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def with_database(url: str, dbname: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path="/" + dbname))
+
+
+def psql(url: str, command: str) -> None:
+    subprocess.run(["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", url, "-c", command], check=True,
+                   capture_output=True, timeout=60)
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[str]:
+    """URL of a server (maintenance database) the tests may create databases on."""
+    external = os.environ.get("OUTBOX_MAILER_TEST_DATABASE_URL")
+    if external:
+        yield external
+        return
+    with TemporaryPostgres() as pg:
+        yield pg.url
+
+
+@pytest.fixture(scope="session")
+def template_db(pg_server: str) -> str:
+    psql(pg_server, f"DROP DATABASE IF EXISTS {TEMPLATE}")
+    psql(pg_server, f"CREATE DATABASE {TEMPLATE}")
+    url = with_database(pg_server, TEMPLATE)
+
+    async def migrate() -> None:
+        store = await Store.open(url)
+        try:
+            await store.migrate(load_migrations())
+        finally:
+            await store.close()
+
+    anyio.run(migrate)
+    return TEMPLATE
+
+
+@pytest.fixture
+def db_url(pg_server: str, template_db: str) -> Iterator[str]:
+    """A freshly migrated, empty database for one test."""
+    name = "t_" + uuid.uuid4().hex[:12]
+    psql(pg_server, f"CREATE DATABASE {name} TEMPLATE {template_db}")
+    yield with_database(pg_server, name)
+    psql(pg_server, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture
+def empty_db_url(pg_server: str) -> Iterator[str]:
+    """A database without the schema."""
+    name = "e_" + uuid.uuid4().hex[:12]
+    psql(pg_server, f"CREATE DATABASE {name}")
+    yield with_database(pg_server, name)
+    psql(pg_server, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")

@@ -1,0 +1,228 @@
+"""The store against a real PostgreSQL: claiming, fencing, locks, migrations."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+
+import anyio
+import pytest
+
+from outbox_mailer.decide import Transition
+from outbox_mailer.delivery import OutcomeKind, Status
+from outbox_mailer.errors import InvalidTransition, NotFound, SchemaMismatch
+from outbox_mailer.migrations import Migration, load_migrations
+from outbox_mailer.store import AttemptRecord, ClaimSession, Listener, OutcomeWrite, Store
+
+pytestmark = pytest.mark.anyio
+
+
+async def insert_rows(store: Store, n: int, *, prefix: str = "k", **extra: object) -> None:
+    await store.execute(
+        "INSERT INTO email_deliveries (dedupe_key, to_addresses, subject, text_body, priority) "
+        "SELECT $1 || g, ARRAY['a@example.com'], 'hi', 'body', $2 FROM generate_series(1, $3) g",
+        prefix, int(extra.get("priority", 0)), n,
+    )
+
+
+def write_for(delivery, status: Status, **kw: object) -> OutcomeWrite:  # type: ignore[no-untyped-def]
+    now = datetime.now(UTC)
+    transition = Transition(status, "test", sent_at=now if status is Status.SENT else None, **kw)  # type: ignore[arg-type]
+    attempt = AttemptRecord(delivery.attempts, now, now, OutcomeKind.SENT, 250, None, None, "smtp", "test")
+    return OutcomeWrite(delivery, transition, attempt)
+
+
+@pytest.fixture
+async def store(db_url: str):  # type: ignore[no-untyped-def]
+    s = await Store.open(db_url)
+    yield s
+    await s.close()
+
+
+async def test_four_claimers_never_claim_a_row_twice(db_url: str, store: Store) -> None:
+    await insert_rows(store, 2000)
+    claimed: list[list[int]] = [[] for _ in range(4)]
+
+    async def claimer(i: int) -> None:
+        session = await ClaimSession.open(db_url)
+        try:
+            while True:
+                batch = await session.claim_due(37, f"w{i}")
+                if not batch:
+                    return
+                claimed[i].extend(d.id for d in batch)
+                await session.record_outcomes([write_for(d, Status.SENT) for d in batch])
+                await session.release_locks([d.dedupe_key for d in batch])
+        finally:
+            await session.close()
+
+    async with anyio.create_task_group() as tg:
+        for i in range(4):
+            tg.start_soon(claimer, i)
+    everything = [x for c in claimed for x in c]
+    assert len(everything) == 2000
+    assert len(set(everything)) == 2000
+    assert sum(1 for c in claimed if c) >= 2, "the race needs at least two claimers taking work"
+    stats = await store.stats()
+    assert stats["sent"] == 2000 and stats["sending"] == 0
+
+
+async def test_claim_takes_priority_then_age_and_increments_attempts(db_url: str, store: Store) -> None:
+    await insert_rows(store, 3, prefix="low")
+    await insert_rows(store, 2, prefix="high", priority=5)
+    session = await ClaimSession.open(db_url)
+    try:
+        batch = await session.claim_due(3, "w")
+    finally:
+        await session.close()
+    assert [d.dedupe_key for d in batch][:2] == ["high1", "high2"]
+    assert all(d.attempts == 1 for d in batch)
+    rows = await store.fetch("SELECT status, claimed_by FROM email_deliveries WHERE claim_token IS NOT NULL")
+    assert len(rows) == 3 and all(r["status"] == "sending" and r["claimed_by"] == "w" for r in rows)
+
+
+async def test_future_rows_are_not_claimed(db_url: str, store: Store) -> None:
+    await store.execute(
+        "INSERT INTO email_deliveries (dedupe_key, to_addresses, subject, text_body, scheduled_at) "
+        "VALUES ('later', ARRAY['a@example.com'], 's', 'b', now() + interval '1 hour')"
+    )
+    session = await ClaimSession.open(db_url)
+    try:
+        assert await session.claim_due(10, "w") == []
+        next_due = await session.next_due_at()
+    finally:
+        await session.close()
+    assert next_due is not None and next_due > datetime.now(UTC)
+
+
+async def test_a_key_locked_by_another_session_is_skipped(db_url: str, store: Store) -> None:
+    await insert_rows(store, 2)
+    holder = await ClaimSession.open(db_url)
+    other = await ClaimSession.open(db_url)
+    try:
+        first = await holder.claim_due(1, "holder")
+        # put the claimed row back to pending while the holder keeps its advisory lock
+        await holder.record_outcomes([write_for(first[0], Status.PENDING)])
+        second = await other.claim_due(10, "other")
+        assert [d.dedupe_key for d in second] == ["k2"], "the key still locked by the holder must be skipped"
+        await holder.release_locks([first[0].dedupe_key])
+        third = await other.claim_due(10, "other")
+        assert [d.dedupe_key for d in third] == [first[0].dedupe_key]
+    finally:
+        await holder.close()
+        await other.close()
+
+
+async def test_mark_sent_is_refused_after_claim_lost(db_url: str, store: Store) -> None:
+    await insert_rows(store, 1)
+    session = await ClaimSession.open(db_url)
+    try:
+        [delivery] = await session.claim_due(1, "w")
+        # someone else (a rescuer, an operator) changed the claim token meanwhile
+        await store.execute("UPDATE email_deliveries SET claim_token = $1 WHERE id = $2", uuid.uuid4(), delivery.id)
+        updated = await session.record_outcomes([write_for(delivery, Status.SENT)])
+    finally:
+        await session.close()
+    assert updated == set()
+    [row] = await store.status(["k1"])
+    assert row["status"] == "sending"
+    attempts = await store.attempts(delivery.id)
+    assert len(attempts) == 1, "the attempt happened and is recorded even though the claim was lost"
+
+
+async def test_closing_a_session_releases_its_locks(db_url: str, store: Store) -> None:
+    await insert_rows(store, 1)
+    a = await ClaimSession.open(db_url)
+    [delivery] = await a.claim_due(1, "a")
+    await a.close()
+    b = await ClaimSession.open(db_url)
+    try:
+        await store.execute(
+            "UPDATE email_deliveries SET claimed_at = now() - interval '1 hour' WHERE id = $1", delivery.id
+        )
+        dead = await b.find_dead_claims(60, 10)
+        assert [d[0] for d in dead] == [delivery.id]
+        assert await b.rescue_claim(delivery.id, delivery.claim_token, "pending", "rescued")
+    finally:
+        await b.close()
+    [row] = await store.status(["k1"])
+    assert row["status"] == "pending"
+
+
+async def test_a_live_claim_is_not_found_dead(db_url: str, store: Store) -> None:
+    await insert_rows(store, 1)
+    live = await ClaimSession.open(db_url)
+    rescuer = await ClaimSession.open(db_url)
+    try:
+        [delivery] = await live.claim_due(1, "live")
+        await store.execute(
+            "UPDATE email_deliveries SET claimed_at = now() - interval '1 hour' WHERE id = $1", delivery.id
+        )
+        assert await rescuer.find_dead_claims(60, 10) == []
+    finally:
+        await live.close()
+        await rescuer.close()
+
+
+async def test_insert_and_requeue_notify_listeners(db_url: str, store: Store) -> None:
+    got = anyio.Event()
+    listener = await Listener.open(db_url, got.set)
+    try:
+        await insert_rows(store, 1)
+        with anyio.fail_after(5):
+            await got.wait()
+    finally:
+        await listener.close()
+
+
+async def test_retry_and_cancel_follow_the_rules(store: Store) -> None:
+    await insert_rows(store, 2)
+    await store.cancel("k1")
+    with pytest.raises(InvalidTransition):
+        await store.cancel("k1")
+    with pytest.raises(NotFound):
+        await store.cancel("nope")
+    with pytest.raises(InvalidTransition):
+        await store.retry("k2", 3)  # pending cannot be retried
+    await store.retry("k1", 3)
+    [row] = await store.status(["k1"])
+    assert row["status"] == "pending" and row["max_attempts"] == 3
+
+
+async def test_migrate_is_idempotent_and_records_versions(empty_db_url: str) -> None:
+    s = await Store.open(empty_db_url)
+    try:
+        assert await s.schema_version() is None
+        first = await s.migrate(load_migrations())
+        assert [m.version for m in first] == list(range(1, len(load_migrations()) + 1))
+        assert await s.migrate(load_migrations()) == []
+        assert await s.schema_version() == len(load_migrations())
+    finally:
+        await s.close()
+
+
+async def test_concurrent_migrate_runs_apply_once(empty_db_url: str) -> None:
+    results: list[int] = []
+
+    async def run() -> None:
+        s = await Store.open(empty_db_url)
+        try:
+            results.append(len(await s.migrate(load_migrations())))
+        finally:
+            await s.close()
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(4):
+            tg.start_soon(run)
+    assert sorted(results) == [0, 0, 0, len(load_migrations())]
+
+
+async def test_edited_applied_migration_is_refused(empty_db_url: str) -> None:
+    s = await Store.open(empty_db_url)
+    try:
+        await s.migrate(load_migrations())
+        tampered = [Migration(m.version, m.name, m.sql + "\n-- edited\n") for m in load_migrations()]
+        with pytest.raises(SchemaMismatch):
+            await s.migrate(tampered)
+    finally:
+        await s.close()
