@@ -12,7 +12,8 @@ Transitions out of ``sending``:
 * transient                -> ``pending``   at now + backoff, or ``failed`` when the
                                             attempts are used up or the retry would
                                             fall after ``expires_at``
-* ambiguous, policy resend -> like transient (same Message-ID next time)
+* ambiguous, policy resend -> like transient (same Message-ID next time), but
+                              ``in_doubt`` rather than ``failed`` once attempts are used up
 * ambiguous, policy hold   -> ``in_doubt``  (an operator decides)
 """
 
@@ -85,6 +86,12 @@ def _retry_or_fail(
 ) -> Transition:
     charged = delivery.attempts - (1 if refund else 0)
     limit = max_attempts_of(delivery, policy)
+    if charged >= limit and outcome.kind is OutcomeKind.AMBIGUOUS:
+        return Transition(
+            Status.IN_DOUBT,
+            "outcome unknown and attempts exhausted",
+            last_error=_clip(f"outcome unknown after {charged} attempts: {error}"),
+        )
     if charged >= limit:
         return Transition(
             Status.FAILED, "attempts exhausted", last_error=_clip(f"gave up after {charged} attempts: {error}")

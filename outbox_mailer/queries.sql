@@ -72,25 +72,23 @@ SELECT id FROM updated;
 SELECT min(scheduled_at) AS next_due_at FROM email_deliveries WHERE status = 'pending';
 
 -- name: find_dead_claims
--- Rows left in 'sending' longer than $1 seconds whose advisory lock nobody holds; locks them for this session.
+-- Rows left in 'sending' longer than $1 seconds whose advisory lock nobody holds; locks each for this session.
 WITH stale AS (
-    SELECT id, dedupe_key, claim_token
+    SELECT id, dedupe_key
     FROM email_deliveries
     WHERE status = 'sending' AND claimed_at < now() - make_interval(secs => $1)
     ORDER BY claimed_at
     LIMIT $2
     FOR UPDATE SKIP LOCKED
+), locked AS (
+    SELECT id FROM stale
+    WHERE pg_try_advisory_lock(hashtextextended('outbox-mailer:' || dedupe_key, 0))
 )
-SELECT id, dedupe_key, claim_token FROM stale
-WHERE pg_try_advisory_lock(hashtextextended('outbox-mailer:' || dedupe_key, 0));
-
--- name: rescue_claim
--- Settle one dead claim: back to pending now (resend) or in_doubt (hold), fenced on its old token.
-UPDATE email_deliveries
-SET status = $3, claim_token = NULL, scheduled_at = CASE WHEN $3 = 'pending' THEN now() ELSE scheduled_at END,
-    last_error = $4, updated_at = now()
-WHERE id = $1 AND status = 'sending' AND claim_token = $2
-RETURNING id;
+SELECT d.id, d.dedupe_key, d.claim_token, d.attempts, d.max_attempts, d.from_address,
+       d.to_addresses, d.cc_addresses, d.bcc_addresses, d.reply_to, d.subject, d.text_body,
+       d.html_body, d.headers, d.attachments, d.metadata, d.transport, d.priority,
+       d.scheduled_at, d.expires_at, d.created_at, d.claimed_at, d.claimed_by
+FROM email_deliveries d JOIN locked USING (id);
 
 -- name: status_by_keys
 -- The contract columns of the rows with these dedupe keys.

@@ -182,17 +182,12 @@ class ClaimSession:
             with translate_errors():
                 return await self._conn.fetchval(sql("next_due_at"))
 
-    async def find_dead_claims(self, older_than_seconds: float, limit: int) -> list[tuple[int, str, uuid.UUID]]:
-        """Dead claims, each now locked by this session (release with release_locks)."""
+    async def find_dead_claims(self, older_than_seconds: float, limit: int) -> list[tuple[Delivery, datetime, str]]:
+        """Claims whose holder is gone: (delivery, claimed_at, claimed_by), each now locked by this session."""
         async with self._lock:
             with translate_errors():
                 rows = await self._conn.fetch(sql("find_dead_claims"), older_than_seconds, limit)
-        return [(r["id"], r["dedupe_key"], r["claim_token"]) for r in rows]
-
-    async def rescue_claim(self, delivery_id: int, token: uuid.UUID, status: str, error: str) -> bool:
-        async with self._lock:
-            with translate_errors():
-                return await self._conn.fetchval(sql("rescue_claim"), delivery_id, token, status, error) is not None
+        return [(_delivery(r), r["claimed_at"], r["claimed_by"]) for r in rows]
 
 
 class Listener:

@@ -1,0 +1,360 @@
+"""The ``outbox-mailer`` command.
+
+Exit codes: 0 ok · 1 not found / nothing done · 2 usage, configuration or bad
+input · 3 a dependency (database, mail server) is unreachable. ``--json``
+prints one JSON object per line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime
+from typing import Any
+
+import anyio
+
+from . import __version__
+from .config import Settings, load_settings
+from .errors import (
+    ConfigurationError,
+    DatabaseError,
+    DatabaseUnavailable,
+    InvalidTransition,
+    NotFound,
+    OutboxMailerError,
+    SchemaMismatch,
+    TransportUnavailable,
+)
+from .migrations import expected_schema_version, load_migrations
+from .store import Store
+
+EXIT_OK, EXIT_NOTHING, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
+ENQUEUE_FIELDS = {
+    "dedupe_key", "from_address", "to_addresses", "cc_addresses", "bcc_addresses", "reply_to", "subject",
+    "text_body", "html_body", "headers", "attachments", "metadata", "transport", "priority", "scheduled_at",
+    "expires_at", "max_attempts",
+}
+STATUS_FIELDS = ("dedupe_key", "status", "attempts", "max_attempts", "transport", "scheduled_at", "sent_at",
+                 "provider_message_id", "last_error", "created_at", "updated_at")
+
+
+class UsageError(OutboxMailerError):
+    """Bad command-line input (exit 2)."""
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    raise TypeError(f"cannot serialise {type(value).__name__}")
+
+
+def emit(obj: dict[str, Any]) -> None:
+    print(json.dumps(obj, default=_json_default, ensure_ascii=False), flush=True)
+
+
+async def with_store(settings: Settings, action: Callable[[Store], Awaitable[int]]) -> int:
+    store = await Store.open(settings.require_database_url())
+    try:
+        return await action(store)
+    finally:
+        await store.close()
+
+
+# ---- commands ---------------------------------------------------------------------
+
+
+def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
+    migrations = load_migrations()
+    if args.print_sql:
+        for m in migrations:
+            print(f"-- {m.name} (version {m.version}, sha256 {m.checksum})\n{m.sql.rstrip()}\n")
+        return EXIT_OK
+
+    async def go(store: Store) -> int:
+        applied = await store.migrate(migrations)
+        for m in applied:
+            print(f"applied {m.name}")
+        print(f"schema at version {migrations[-1].version}" + ("" if applied else " (nothing to do)"))
+        return EXIT_OK
+
+    return anyio.run(with_store, settings, go)
+
+
+def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
+    from .daemon import Daemon
+    from .transports.smtp import SmtpTransport
+
+    settings.require_database_url()
+
+    async def go() -> int:
+        smtp = SmtpTransport(settings.smtp)
+        try:
+            await Daemon(settings, {"smtp": smtp}).run(handle_signals=True)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await smtp.aclose()
+        return EXIT_OK
+
+    return anyio.run(go)
+
+
+def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
+    async def go(store: Store) -> int:
+        rows = {r["dedupe_key"]: r for r in await store.status(args.keys)}
+        missing = [k for k in args.keys if k not in rows]
+        for key in args.keys:
+            if key in rows:
+                _print_status(rows[key], args.json)
+        for key in missing:
+            print(f"outbox-mailer: no email with dedupe key {key!r}", file=sys.stderr)
+        return EXIT_NOTHING if missing else EXIT_OK
+
+    return anyio.run(with_store, settings, go)
+
+
+def _print_status(row: dict[str, Any], as_json: bool) -> None:
+    data = {k: row[k] for k in STATUS_FIELDS}
+    if as_json:
+        emit(data)
+        return
+    when = row["sent_at"] or row["scheduled_at"]
+    label = "sent at" if row["sent_at"] else "scheduled"
+    line = f"{row['dedupe_key']}  {row['status']}  attempts={row['attempts']}  {label} {when.isoformat()}"
+    if row["last_error"]:
+        line += f"  last_error={row['last_error']}"
+    print(line)
+
+
+def cmd_enqueue(args: argparse.Namespace, settings: Settings) -> int:
+    email = _email_from_stdin() if args.stdin else _email_from_flags(args)
+    email.setdefault("dedupe_key", str(uuid.uuid4()))
+
+    async def go(store: Store) -> int:
+        try:
+            new_id = await store.enqueue(email)
+        except DatabaseError as exc:
+            if isinstance(exc, DatabaseUnavailable | SchemaMismatch):
+                raise
+            raise UsageError(f"the database refused the email: {exc.__cause__ or exc}") from exc
+        result = {"dedupe_key": email["dedupe_key"], "created": new_id is not None, "id": new_id}
+        if args.json:
+            emit(result)
+        elif new_id is None:
+            print(f"already enqueued: {email['dedupe_key']} (nothing inserted)")
+        else:
+            print(f"enqueued {email['dedupe_key']} (id {new_id})")
+        return EXIT_OK
+
+    return anyio.run(with_store, settings, go)
+
+
+def _email_from_stdin() -> dict[str, Any]:
+    try:
+        data = json.load(sys.stdin)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"stdin is not one JSON object: {exc}") from exc
+    if not isinstance(data, dict):
+        raise UsageError("stdin must hold one JSON object")
+    unknown = sorted(set(data) - ENQUEUE_FIELDS)
+    if unknown:
+        raise UsageError(f"unknown field(s) {', '.join(unknown)}; allowed: {', '.join(sorted(ENQUEUE_FIELDS))}")
+    for name in ("to_addresses", "cc_addresses", "bcc_addresses"):
+        if isinstance(data.get(name), str):
+            data[name] = [data[name]]
+    for name in ("subject", "to_addresses"):
+        if name not in data:
+            raise UsageError(f"field {name!r} is required")
+    for name in ("scheduled_at", "expires_at"):
+        if data.get(name) is not None:
+            data[name] = _parse_time(name, data[name])
+    return data
+
+
+def _email_from_flags(args: argparse.Namespace) -> dict[str, Any]:
+    if not args.to or args.subject is None:
+        raise UsageError("enqueue needs --to and --subject (or --stdin with a JSON object)")
+    if args.text is None and args.html is None:
+        raise UsageError("enqueue needs --text or --html")
+    headers = {}
+    for item in args.header or []:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise UsageError(f"--header {item!r}: expected NAME=VALUE")
+        headers[name] = value
+    email: dict[str, Any] = {
+        "from_address": args.from_address, "to_addresses": args.to, "cc_addresses": args.cc or [],
+        "bcc_addresses": args.bcc or [], "reply_to": args.reply_to, "subject": args.subject,
+        "text_body": args.text, "html_body": args.html, "headers": headers, "transport": args.transport,
+        "priority": args.priority,
+        "scheduled_at": _parse_time("--scheduled-at", args.scheduled_at) if args.scheduled_at else None,
+    }
+    if args.key:
+        email["dedupe_key"] = args.key
+    return email
+
+
+def _parse_time(name: str, value: Any) -> datetime:
+    try:
+        parsed = datetime.fromisoformat(str(value))
+    except ValueError as exc:
+        raise UsageError(f"{name}: not an ISO 8601 time: {value!r}") from exc
+    if parsed.tzinfo is None:
+        raise UsageError(f"{name}: give a time zone, e.g. {value}+00:00")
+    return parsed
+
+
+def _key_command(action: str) -> Callable[[argparse.Namespace, Settings], int]:
+    def command(args: argparse.Namespace, settings: Settings) -> int:
+        async def go(store: Store) -> int:
+            if action == "retry":
+                await store.retry(args.key, settings.max_attempts)
+            else:
+                await store.cancel(args.key)
+            print(f"{'requeued' if action == 'retry' else 'cancelled'} {args.key}")
+            return EXIT_OK
+
+        return anyio.run(with_store, settings, go)
+
+    return command
+
+
+def cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
+    async def go(store: Store) -> int:
+        stats = await store.stats()
+        if args.json:
+            emit(stats)
+        else:
+            for name, value in stats.items():
+                print(f"{name:24} {'-' if value is None else round(value, 3) if isinstance(value, float) else value}")
+        return EXIT_OK
+
+    return anyio.run(with_store, settings, go)
+
+
+def cmd_check(args: argparse.Namespace, settings: Settings) -> int:
+    from .transports.smtp import SmtpTransport
+
+    def report(check: str, ok: bool, detail: Any) -> None:
+        if args.json:
+            emit({"check": check, "ok": ok, "detail": detail})
+        else:
+            text = json.dumps(detail, indent=2) if isinstance(detail, dict) else detail
+            print(f"[{'ok' if ok else 'FAIL'}] {check}: {text}")
+
+    async def go() -> int:
+        report("configuration", True, settings.redacted())
+        code = EXIT_OK
+        try:
+            version = await with_store(settings, lambda s: s.schema_version())
+            expected = expected_schema_version()
+            ok = version == expected
+            report("database", ok, f"reachable; schema version {version or 'none'}, expected {expected}"
+                   + ("" if ok else ": run `outbox-mailer migrate`"))
+            code = code if ok else EXIT_USAGE
+        except DatabaseError as exc:
+            report("database", False, str(exc))
+            code = EXIT_UNREACHABLE
+        smtp = SmtpTransport(settings.smtp)
+        try:
+            report("smtp", True, await smtp.check())
+        except TransportUnavailable as exc:
+            report("smtp", False, str(exc))
+            code = EXIT_UNREACHABLE
+        finally:
+            await smtp.aclose()
+        return code
+
+    return anyio.run(go)
+
+
+def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
+    from .demo import run_demo
+
+    return anyio.run(run_demo)
+
+
+# ---- parser and main --------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="outbox-mailer", description=__doc__.split("\n")[0].strip("`"))
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("migrate", help="create or upgrade the schema (idempotent)")
+    p.add_argument("--print-sql", action="store_true", help="print every migration's SQL instead of running it")
+    p.set_defaults(func=cmd_migrate)
+
+    sub.add_parser("run", help="run the daemon until SIGTERM/SIGINT").set_defaults(func=cmd_run)
+
+    p = sub.add_parser("status", help="status of emails by dedupe key")
+    p.add_argument("keys", nargs="+", metavar="KEY")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("enqueue", help="insert one email (flags, or --stdin with one JSON object)")
+    p.add_argument("--stdin", action="store_true", help="read one JSON object with the table's column names")
+    p.add_argument("--key", help="dedupe key (default: a random UUID)")
+    p.add_argument("--from", dest="from_address")
+    p.add_argument("--to", action="append")
+    p.add_argument("--cc", action="append")
+    p.add_argument("--bcc", action="append")
+    p.add_argument("--reply-to")
+    p.add_argument("--subject")
+    p.add_argument("--text")
+    p.add_argument("--html")
+    p.add_argument("--header", action="append", metavar="NAME=VALUE")
+    p.add_argument("--transport")
+    p.add_argument("--priority", type=int, default=0)
+    p.add_argument("--scheduled-at", metavar="ISO8601")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_enqueue)
+
+    for name, text in (("retry", "put a failed, cancelled or in_doubt email back to pending now"),
+                       ("cancel", "cancel a pending email")):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("key", metavar="KEY")
+        p.set_defaults(func=_key_command(name))
+
+    p = sub.add_parser("stats", help="counts per status, due now, age of the oldest due row")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_stats)
+
+    p = sub.add_parser("check", help="check configuration, database and mail server; sends nothing")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_check)
+
+    sub.add_parser("demo", help="self-contained demo: throwaway PostgreSQL and SMTP sink").set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        settings = load_settings() if args.command != "demo" else Settings()
+        return args.func(args, settings)
+    except (ConfigurationError, UsageError, SchemaMismatch) as exc:
+        return _fail(exc, EXIT_USAGE)
+    except (NotFound, InvalidTransition) as exc:
+        return _fail(exc, EXIT_NOTHING)
+    except (DatabaseUnavailable, TransportUnavailable) as exc:
+        return _fail(exc, EXIT_UNREACHABLE)
+    except OutboxMailerError as exc:
+        return _fail(exc, EXIT_NOTHING)
+    except KeyboardInterrupt:
+        return 130
+
+
+def _fail(exc: Exception, code: int) -> int:
+    print(f"outbox-mailer: {exc}", file=sys.stderr)
+    return code

@@ -1,0 +1,368 @@
+"""``outbox-mailer run``: claim, send, record, retry.
+
+Tasks inside one anyio task group::
+
+    claim loop ──claims a batch──▶ send tasks (≤ concurrency) ──outcome──▶ recorder
+        ▲  wake: NOTIFY, poll interval, next scheduled_at                  │
+        └──────────────── slot freed ◀─────── locks released ◀────────────┘
+    rescuer: every rescue_interval_seconds, settles claims of dead processes
+
+Stopping (SIGTERM/SIGINT or :meth:`Daemon.stop`): the claim loop stops, in-flight
+sends get ``shutdown_grace_seconds`` to finish, their outcomes are written
+shielded from cancellation, and closing the claim session releases every lock.
+A send cut off by the grace period leaves its row in ``sending``; the rescuer
+of a live daemon settles it once its claim is older than the rescue delay.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import random
+import signal
+import socket
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+
+import anyio
+from anyio.abc import TaskGroup
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from .compose import compose
+from .config import Settings
+from .decide import RetryPolicy, decide
+from .delivery import Delivery, Outcome, Status, Transport
+from .errors import CompositionError, DatabaseError, DatabaseUnavailable, SchemaMismatch
+from .migrations import expected_schema_version
+from .store import AttemptRecord, ClaimSession, Listener, OutcomeWrite, Store
+
+log = logging.getLogger("outbox_mailer")
+
+DEFAULT_MESSAGE_ID_SECRET = b"outbox-mailer message-id v1"
+RECORD_BATCH = 500
+RECONNECT_MAX_SECONDS = 5.0
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def default_worker_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+class Daemon:
+    def __init__(
+        self,
+        settings: Settings,
+        transports: Mapping[str, Transport],
+        *,
+        default_transport: str = "smtp",
+        clock: Callable[[], datetime] = utc_now,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.settings = settings
+        self.transports = dict(transports)
+        self.default_transport = default_transport
+        self.clock = clock
+        self.rng = rng or random.Random()
+        self.worker = settings.worker_name or default_worker_name()
+        self.policy = RetryPolicy(
+            base_seconds=settings.retry.base_seconds,
+            max_seconds=settings.retry.max_seconds,
+            default_max_attempts=settings.max_attempts,
+            in_doubt=settings.in_doubt,
+        )
+        secret = settings.message_id_secret
+        self.message_id_secret = secret.get_secret_value().encode() if secret else DEFAULT_MESSAGE_ID_SECRET
+        self.counts = {"sent": 0, "failed": 0, "retried": 0, "in_doubt": 0, "claim_lost": 0}
+        self._url = settings.require_database_url()
+        self._stopping = anyio.Event()
+        self._wake = anyio.Event()
+        self._in_flight = 0
+        self._slot_freed = anyio.Event()
+        self._session: ClaimSession | None = None
+        self._session_lock = anyio.Lock()
+        self._listener: Listener | None = None
+        self._outcomes_in: MemoryObjectSendStream[OutcomeWrite]
+        self._outcomes_out: MemoryObjectReceiveStream[OutcomeWrite]
+
+    # ---- lifecycle -------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Ask the daemon to drain and exit (idempotent, safe from any task)."""
+        self._stopping.set()
+        self._wake.set()
+
+    @property
+    def in_flight(self) -> int:
+        return self._in_flight
+
+    async def run(self, *, handle_signals: bool = False) -> None:
+        await self._check_schema()
+        self._outcomes_in, self._outcomes_out = anyio.create_memory_object_stream[OutcomeWrite](math.inf)
+        try:
+            await self._session_get()
+            await self._listen()
+            log.info("started worker=%s concurrency=%d batch=%d", self.worker, self.settings.concurrency,
+                     self.settings.batch_size)
+            async with anyio.create_task_group() as outer:
+                if handle_signals:
+                    outer.start_soon(self._watch_signals)
+                outer.start_soon(self._rescue_loop)
+                async with anyio.create_task_group() as core:
+                    core.start_soon(self._record_loop)
+                    async with anyio.create_task_group() as sends:
+                        await self._claim_loop(sends)
+                        await self._drain(sends)
+                    await self._outcomes_in.aclose()
+                outer.cancel_scope.cancel()
+        finally:
+            await self._close_connections()
+            log.info("stopped worker=%s %s", self.worker, " ".join(f"{k}={v}" for k, v in self.counts.items()))
+
+    async def _check_schema(self) -> None:
+        store = await Store.open(self._url, max_size=1)
+        try:
+            version = await store.schema_version()
+        finally:
+            await store.close()
+        expected = expected_schema_version()
+        if version != expected:
+            raise SchemaMismatch(
+                f"database schema is at version {version or 'none'}, this outbox-mailer needs {expected}: "
+                "run `outbox-mailer migrate`"
+            )
+
+    async def _watch_signals(self) -> None:
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async for signum in signals:
+                log.info("received %s: draining", signal.Signals(signum).name)
+                self.stop()
+
+    async def _drain(self, sends: TaskGroup) -> None:
+        if self._in_flight:
+            log.info("waiting up to %gs for %d in-flight sends", self.settings.shutdown_grace_seconds, self._in_flight)
+        with anyio.move_on_after(self.settings.shutdown_grace_seconds):
+            while self._in_flight:
+                await self._wait_slot()
+        if self._in_flight:
+            log.warning("grace period over: abandoning %d sends to the rescuer", self._in_flight)
+        sends.cancel_scope.cancel()
+
+    async def _close_connections(self) -> None:
+        with anyio.CancelScope(shield=True):
+            for conn in (self._listener, self._session):
+                if conn is not None:
+                    await conn.close()  # closing the claim session releases every advisory lock
+            self._listener = self._session = None
+
+    # ---- database connections ------------------------------------------------
+
+    async def _session_get(self) -> ClaimSession:
+        """The claim session, reopened with backoff when the connection was lost."""
+        async with self._session_lock:
+            delay = 0.1
+            while self._session is None or self._session.is_closed():
+                try:
+                    self._session = await ClaimSession.open(self._url)
+                except DatabaseError as exc:
+                    log.warning("database unavailable (%s); retrying in %.1fs", exc, delay)
+                    await anyio.sleep(delay)
+                    delay = min(delay * 2, RECONNECT_MAX_SECONDS)
+            return self._session
+
+    async def _listen(self) -> None:
+        if self._listener is not None and not self._listener.is_closed():
+            return
+        try:
+            self._listener = await Listener.open(self._url, self._wake_up)
+        except DatabaseError as exc:
+            log.warning("LISTEN failed (%s); polling every %gs", exc, self.settings.poll_interval_seconds)
+
+    def _wake_up(self) -> None:
+        self._wake.set()
+
+    async def _session_failed(self, exc: Exception) -> None:
+        log.warning("database error: %s", exc)
+        if self._session is not None:
+            await self._session.close()
+        await anyio.sleep(0.2)
+
+    # ---- claiming --------------------------------------------------------------
+
+    async def _claim_loop(self, sends: TaskGroup) -> None:
+        while not self._stopping.is_set():
+            free = self.settings.concurrency - self._in_flight
+            if free <= 0:
+                await self._wait_slot()
+                continue
+            self._wake = anyio.Event()  # before claiming, so a NOTIFY during the claim is not lost
+            want = min(self.settings.batch_size, free)
+            try:
+                session = await self._session_get()
+                batch = await session.claim_due(want, self.worker)
+                await self._listen()
+            except DatabaseError as exc:
+                await self._session_failed(exc)
+                continue
+            for delivery in batch:
+                self._in_flight += 1
+                sends.start_soon(self._send_one, delivery)
+            if len(batch) < want:
+                await self._idle(session)
+
+    async def _idle(self, session: ClaimSession) -> None:
+        timeout = self.settings.poll_interval_seconds
+        try:
+            next_due = await session.next_due_at()
+        except DatabaseError:
+            next_due = None
+        if next_due is not None:
+            timeout = min(timeout, max(0.0, (next_due - self.clock()).total_seconds()))
+        with anyio.move_on_after(timeout):
+            await self._wake.wait()
+
+    async def _wait_slot(self) -> None:
+        self._slot_freed = anyio.Event()
+        await self._slot_freed.wait()
+
+    # ---- sending ---------------------------------------------------------------
+
+    async def _send_one(self, delivery: Delivery) -> None:
+        started = self.clock()
+        transport_name = delivery.transport or self.default_transport
+        try:
+            outcome = await self._attempt(delivery, transport_name, started)
+        except Exception as exc:  # a poison row must not stop the daemon
+            log.exception("unexpected error sending key=%s", delivery.dedupe_key)
+            outcome = Outcome.permanent(f"internal error: {type(exc).__name__}: {exc}")
+        finished = self.clock()
+        transition = decide(delivery, outcome, finished, self.policy, self.rng.random())
+        attempt = AttemptRecord(
+            attempt=delivery.attempts,
+            started_at=started,
+            finished_at=max(finished, started),
+            outcome=outcome.kind,
+            reply_code=outcome.reply_code,
+            enhanced_code=outcome.enhanced_code,
+            error=outcome.error if outcome.kind != "sent" else transition.last_error,
+            transport=transport_name,
+            worker=self.worker,
+        )
+        with anyio.CancelScope(shield=True):
+            await self._outcomes_in.send(OutcomeWrite(delivery, transition, attempt))
+
+    async def _attempt(self, delivery: Delivery, transport_name: str, now: datetime) -> Outcome:
+        if delivery.expires_at is not None and delivery.expires_at <= now:
+            return Outcome.permanent(f"expired at {delivery.expires_at.isoformat()} before it could be sent",
+                                     charge_attempt=False)
+        transport = self.transports.get(transport_name)
+        if transport is None:
+            known = ", ".join(sorted(self.transports)) or "none"
+            return Outcome.permanent(f"transport: unknown transport {transport_name!r} (configured: {known})",
+                                     charge_attempt=False)
+        try:
+            message = compose(
+                delivery,
+                default_from=self.settings.default_from,
+                max_message_bytes=self.settings.max_message_bytes,
+                message_id_secret=self.message_id_secret,
+                now=now,
+            )
+        except CompositionError as exc:
+            return Outcome.permanent(f"cannot compose: {exc}", charge_attempt=False)
+        return await transport.send(message, delivery)
+
+    # ---- recording -------------------------------------------------------------
+
+    async def _record_loop(self) -> None:
+        async for first in self._outcomes_out:
+            batch = [first]
+            while len(batch) < RECORD_BATCH:
+                try:
+                    batch.append(self._outcomes_out.receive_nowait())
+                except (anyio.WouldBlock, anyio.EndOfStream):
+                    break
+            with anyio.CancelScope(shield=True):
+                await self._record(batch)
+
+    async def _record(self, batch: list[OutcomeWrite], *, from_sends: bool = True) -> None:
+        """Write outcomes, then release their locks. Retries while the database is away.
+
+        Gives up (leaving the rows in ``sending`` for the rescuer, locks released
+        with the closed session) only on a non-connection error that repeats, or
+        when stopping and the database stays away.
+        """
+        delay, tries, updated = 0.1, 0, None
+        while updated is None:
+            tries += 1
+            try:
+                session = await self._session_get()
+                updated = await session.record_outcomes(batch)
+                await session.release_locks([w.delivery.dedupe_key for w in batch])
+            except DatabaseError as exc:
+                unavailable = isinstance(exc, DatabaseUnavailable)
+                if (not unavailable and tries >= 3) or (self._stopping.is_set() and tries >= 10):
+                    log.error("could not record %d outcomes (%s); their rows stay 'sending' for the rescuer",
+                              len(batch), exc)
+                    await self._session_failed(exc)
+                    break
+                await self._session_failed(exc)
+                await anyio.sleep(delay)
+                delay = min(delay * 2, RECONNECT_MAX_SECONDS)
+        for write in batch:
+            self._log_transition(write, updated is not None and write.delivery.id in updated)
+        if from_sends:
+            self._in_flight -= len(batch)
+            self._slot_freed.set()
+
+    def _log_transition(self, write: OutcomeWrite, applied: bool) -> None:
+        d, t, a = write.delivery, write.transition, write.attempt
+        if not applied:
+            self.counts["claim_lost"] += 1
+            log.warning("claim lost key=%s attempt=%d outcome=%s: the row changed under us; not applied",
+                        d.dedupe_key, a.attempt, a.outcome)
+            return
+        counter = {Status.SENT: "sent", Status.FAILED: "failed", Status.PENDING: "retried",
+                   Status.IN_DOUBT: "in_doubt"}.get(t.status)
+        if counter:
+            self.counts[counter] += 1
+        extra = f" retry_at={t.scheduled_at.isoformat()}" if t.status is Status.PENDING and t.scheduled_at else ""
+        level = logging.INFO if t.status in (Status.SENT, Status.PENDING) else logging.WARNING
+        log.log(level, "%s key=%s attempt=%d transport=%s outcome=%s code=%s%s%s", t.status.value, d.dedupe_key,
+                a.attempt, a.transport, a.outcome, a.reply_code or "-", extra,
+                f" error={a.error!r}" if a.error and t.status is not Status.SENT else "")
+
+    # ---- rescue ----------------------------------------------------------------
+
+    async def _rescue_loop(self) -> None:
+        while True:
+            await anyio.sleep(self.settings.rescue_interval_seconds)
+            try:
+                await self.rescue_once()
+            except DatabaseError as exc:
+                log.warning("rescue skipped: %s", exc)
+
+    async def rescue_once(self) -> int:
+        """Settle claims of dead processes by the ambiguous-outcome policy; returns how many."""
+        session = await self._session_get()
+        dead = await session.find_dead_claims(self.settings.effective_rescue_after_seconds, 100)
+        writes = []
+        now = self.clock()
+        for delivery, claimed_at, claimed_by in dead:
+            outcome = Outcome.ambiguous(
+                f"claimed by {claimed_by} at {claimed_at.isoformat()}; that process stopped before recording "
+                "the outcome"
+            )
+            transition = decide(delivery, outcome, now, self.policy, self.rng.random())
+            attempt = AttemptRecord(delivery.attempts, claimed_at, max(now, claimed_at), outcome.kind, None, None,
+                                    outcome.error, delivery.transport or self.default_transport,
+                                    f"rescuer {self.worker}")
+            writes.append(OutcomeWrite(delivery, transition, attempt))
+        if writes:
+            with anyio.CancelScope(shield=True):
+                await self._record(writes, from_sends=False)
+        return len(writes)
+
