@@ -235,6 +235,13 @@ class Daemon:
         transport_name = delivery.transport or self.default_transport
         try:
             outcome = await self._attempt(delivery, transport_name, started)
+        except anyio.get_cancelled_exc_class():
+            # cut off by the grace period: the row stays 'sending' for the rescuer
+            log.warning("abandoned key=%s attempt=%d: cancelled during the send", delivery.dedupe_key,
+                        delivery.attempts)
+            self._in_flight -= 1
+            self._slot_freed.set()
+            raise
         except Exception as exc:  # a poison row must not stop the daemon
             log.exception("unexpected error sending key=%s", delivery.dedupe_key)
             outcome = Outcome.permanent(f"internal error: {type(exc).__name__}: {exc}")
@@ -314,6 +321,8 @@ class Daemon:
                 delay = min(delay * 2, RECONNECT_MAX_SECONDS)
         for write in batch:
             self._log_transition(write, updated is not None and write.delivery.id in updated)
+        if any(w.transition.status is Status.PENDING for w in batch):
+            self._wake.set()  # a retry may be due before the claim loop's current wait ends
         if from_sends:
             self._in_flight -= len(batch)
             self._slot_freed.set()

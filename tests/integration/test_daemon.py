@@ -1,0 +1,250 @@
+"""The daemon in-process against a real PostgreSQL and a real SMTP server."""
+
+from __future__ import annotations
+
+import email
+import email.policy
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import anyio
+import pytest
+
+from outbox_mailer.config import Settings
+from outbox_mailer.daemon import Daemon
+from outbox_mailer.store import Store
+from outbox_mailer.transports.smtp import SmtpTransport
+from tests.smtp_server import SmtpTestServer
+from tests.smtp_server import smtp_server  # noqa: F401  (fixture)
+
+pytestmark = pytest.mark.anyio
+
+
+def settings_for(db_url: str, server: SmtpTestServer, **overrides: Any) -> Settings:
+    values: dict[str, Any] = {
+        "database_url": db_url,
+        "default_from": "App <app@example.com>",
+        "smtp": {"host": server.host, "port": server.port, "tls": "none", "connect_timeout_seconds": 2,
+                 "command_timeout_seconds": 2, "data_timeout_seconds": 2},
+        "retry": {"base_seconds": 0.05, "max_seconds": 0.2},
+        "poll_interval_seconds": 0.5,
+        "shutdown_grace_seconds": 5,
+    }
+    values.update(overrides)
+    return Settings(**values)
+
+
+async def insert(store: Store, key: str, **cols: Any) -> None:
+    row = {"to_addresses": ["to@example.com"], "subject": "hello", "text_body": "body", **cols, "dedupe_key": key}
+    assert await store.enqueue(row) is not None
+
+
+class Running:
+    def __init__(self, daemon: Daemon, store: Store) -> None:
+        self.daemon, self.store = daemon, store
+
+    async def wait_for(self, predicate: Callable[[dict[str, dict[str, Any]]], bool], keys: list[str],
+                       timeout: float = 10) -> dict[str, dict[str, Any]]:
+        with anyio.fail_after(timeout):
+            while True:
+                rows = {r["dedupe_key"]: r for r in await self.store.status(keys)}
+                if predicate(rows):
+                    return rows
+                await anyio.sleep(0.05)
+
+    async def final(self, *keys: str, timeout: float = 10) -> dict[str, dict[str, Any]]:
+        return await self.wait_for(
+            lambda rows: len(rows) == len(keys) and all(r["status"] not in ("pending", "sending")
+                                                        for r in rows.values()),
+            list(keys), timeout)
+
+
+@pytest.fixture
+async def store(db_url: str) -> AsyncIterator[Store]:
+    s = await Store.open(db_url)
+    yield s
+    await s.close()
+
+
+@pytest.fixture
+def start(db_url: str, store: Store, smtp_server: SmtpTestServer):  # noqa: F811
+    """start(**settings) runs a daemon for the test's duration; it is stopped and awaited at the end."""
+
+    async def factory(**overrides: Any) -> Running:
+        settings = settings_for(db_url, smtp_server, **overrides)
+        transport = SmtpTransport(settings.smtp)
+        daemon = Daemon(settings, {"smtp": transport})
+        tg = anyio.create_task_group()
+        await tg.__aenter__()
+        tg.start_soon(daemon.run)
+        stack.append((daemon, tg, transport))
+        return Running(daemon, store)
+
+    stack: list[Any] = []
+    return factory, stack
+
+
+@pytest.fixture
+async def running(start: Any) -> AsyncIterator[Callable[..., Any]]:
+    factory, stack = start
+    yield factory
+    for daemon, tg, transport in reversed(stack):
+        daemon.stop()
+        await tg.__aexit__(None, None, None)
+        await transport.aclose()
+
+
+async def test_committed_rows_are_delivered_once_with_their_message_id(
+    running: Any, store: Store, smtp_server: SmtpTestServer  # noqa: F811
+) -> None:
+    for i in range(20):
+        await insert(store, f"k{i}")
+    r = await running()
+    rows = await r.final(*[f"k{i}" for i in range(20)])
+    assert {row["status"] for row in rows.values()} == {"sent"}
+    ids = [email.message_from_bytes(m.data, policy=email.policy.default)["Message-ID"]
+           for m in smtp_server.accepted]
+    assert len(ids) == 20 and len(set(ids)) == 20
+    stats = await store.stats()
+    assert stats["sent"] == 20 and stats["pending"] == 0
+
+
+async def test_notify_wakes_an_idle_daemon(running: Any, store: Store) -> None:
+    r = await running(poll_interval_seconds=60)
+    await anyio.sleep(0.3)  # let it go idle, waiting up to a minute
+    await insert(store, "late")
+    rows = await r.final("late", timeout=5)  # well under the poll interval: NOTIFY woke it
+    assert rows["late"]["status"] == "sent"
+
+
+async def test_transient_reply_is_retried_with_the_same_message_id(
+    running: Any, store: Store, smtp_server: SmtpTestServer  # noqa: F811
+) -> None:
+    smtp_server.fail("RCPT", "451 4.7.1 greylisted", times=2)
+    await insert(store, "grey")
+    r = await running()
+    rows = await r.final("grey")
+    assert rows["grey"]["status"] == "sent" and rows["grey"]["attempts"] == 3
+    attempts = await store.attempts(rows["grey"]["id"])
+    assert [(a["attempt"], a["outcome"], a["reply_code"], a["enhanced_code"]) for a in attempts] == [
+        (1, "transient", 451, "4.7.1"), (2, "transient", 451, "4.7.1"), (3, "sent", 250, None)]
+
+
+async def test_permanent_reply_fails_the_row_and_keeps_the_reason(
+    running: Any, store: Store, smtp_server: SmtpTestServer  # noqa: F811
+) -> None:
+    smtp_server.fail("RCPT", "550 5.1.1 no such user", address="gone@example.com")
+    await insert(store, "bounce", to_addresses=["gone@example.com"])
+    await insert(store, "fine")
+    r = await running()
+    rows = await r.final("bounce", "fine")
+    assert rows["bounce"]["status"] == "failed" and "550 5.1.1" in rows["bounce"]["last_error"]
+    assert rows["fine"]["status"] == "sent"
+
+
+async def test_attempts_run_out(running: Any, store: Store, smtp_server: SmtpTestServer) -> None:  # noqa: F811
+    smtp_server.fail("MAIL", "421 4.3.2 shutting down")
+    await insert(store, "never", max_attempts=3)
+    r = await running()
+    rows = await r.final("never")
+    assert rows["never"]["status"] == "failed" and rows["never"]["attempts"] == 3
+    assert "gave up after 3 attempts" in rows["never"]["last_error"]
+
+
+@pytest.mark.parametrize(
+    ("cols", "field"),
+    [
+        ({"subject": "hi\r\nBcc: victim@example.com"}, "subject"),
+        ({"to_addresses": ["not an address"]}, "to_addresses[0]"),
+        ({"headers": {"From": "spoof@example.com"}}, "headers"),
+        ({"headers": {"X-Note": "a\nb"}}, "headers"),
+        ({"transport": "carrier-pigeon"}, "transport"),
+        ({"attachments": [{"filename": "a.bin", "content_type": "application/octet-stream",
+                           "content_base64": "not base64!"}]}, "attachments"),
+    ],
+)
+async def test_rows_that_cannot_be_composed_fail_and_the_rest_go_on(
+    running: Any, store: Store, smtp_server: SmtpTestServer, cols: dict[str, Any], field: str  # noqa: F811
+) -> None:
+    await insert(store, "bad", **cols)
+    await insert(store, "good")
+    r = await running()
+    rows = await r.final("bad", "good")
+    assert rows["good"]["status"] == "sent"
+    assert rows["bad"]["status"] == "failed"
+    assert field in rows["bad"]["last_error"]
+    assert all(b"victim@example.com" not in m.data for m in smtp_server.messages)
+    assert len(smtp_server.messages) == 1
+
+
+async def test_oversize_message_fails_without_sending(
+    running: Any, store: Store, smtp_server: SmtpTestServer  # noqa: F811
+) -> None:
+    await insert(store, "huge", text_body="x" * 300_000)
+    r = await running(max_message_bytes=100_000)
+    rows = await r.final("huge")
+    assert rows["huge"]["status"] == "failed" and "over the limit" in rows["huge"]["last_error"]
+    assert smtp_server.messages == []
+
+
+async def test_expired_row_fails_without_sending(
+    running: Any, store: Store, smtp_server: SmtpTestServer  # noqa: F811
+) -> None:
+    await store.execute(
+        "INSERT INTO email_deliveries (dedupe_key, to_addresses, subject, text_body, expires_at) "
+        "VALUES ('stale', ARRAY['to@example.com'], 's', 'b', now() - interval '1 minute')"
+    )
+    r = await running()
+    rows = await r.final("stale")
+    assert rows["stale"]["status"] == "failed" and rows["stale"]["last_error"].startswith("expired")
+    assert rows["stale"]["attempts"] == 0, "an expiry is not an attempt"
+    assert smtp_server.messages == []
+
+
+async def test_ambiguous_outcome_is_held_with_policy_hold(
+    running: Any, store: Store, smtp_server: SmtpTestServer  # noqa: F811
+) -> None:
+    smtp_server.drop("DATA")
+    await insert(store, "unsure")
+    r = await running(in_doubt="hold")
+    rows = await r.final("unsure")
+    assert rows["unsure"]["status"] == "in_doubt"
+    [attempt] = await store.attempts(rows["unsure"]["id"])
+    assert attempt["outcome"] == "ambiguous"
+
+
+async def test_stop_finishes_in_flight_sends_and_records_them(
+    running: Any, store: Store, smtp_server: SmtpTestServer  # noqa: F811
+) -> None:
+    smtp_server.delay("DATA", 0.7)
+    await insert(store, "slow")
+    r = await running()
+    await r.wait_for(lambda rows: rows.get("slow", {}).get("status") == "sending", ["slow"])
+    r.daemon.stop()
+    rows = await r.final("slow")
+    assert rows["slow"]["status"] == "sent"
+    assert len(smtp_server.accepted) == 1
+
+
+async def test_stop_after_grace_leaves_the_row_to_the_rescuer(
+    running: Any, store: Store, smtp_server: SmtpTestServer, db_url: str  # noqa: F811
+) -> None:
+    smtp_server.delay("DATA", 1.5)
+    await insert(store, "stuck")
+    r = await running(shutdown_grace_seconds=0.2)
+    await r.wait_for(lambda rows: rows.get("stuck", {}).get("status") == "sending", ["stuck"])
+    r.daemon.stop()
+    with anyio.fail_after(5):
+        while r.daemon.in_flight:
+            await anyio.sleep(0.05)
+    await anyio.sleep(0.2)
+    [row] = await store.status(["stuck"])
+    assert row["status"] == "sending", "an abandoned send keeps its row; nothing is lost"
+    # a later daemon's rescuer settles it once the claim is older than the rescue delay
+    smtp_server.clear_faults()
+    await store.execute("UPDATE email_deliveries SET claimed_at = now() - interval '1 hour'")
+    later = await running(rescue_interval_seconds=0.1)
+    rows = await later.final("stuck")
+    assert rows["stuck"]["status"] == "sent"
+    outcomes = [a["outcome"] for a in await store.attempts(rows["stuck"]["id"])]
+    assert outcomes == ["ambiguous", "sent"], "the rescue is recorded as an ambiguous attempt"
