@@ -1,0 +1,183 @@
+"""Email addresses as rows give them: parsed, validated, made safe for SMTP.
+
+A row's address fields hold either a bare ``addr@example.com`` or a
+``Display Name <addr@example.com>`` (the name may be quoted and may be
+non-ASCII).  :func:`parse_address` turns one of them into a
+:class:`ParsedAddress` or raises :class:`~outbox_mailer.errors.CompositionError`
+naming the field.
+
+Rules, and why:
+
+* Control characters are refused *before* any parsing: ``email.utils.parseaddr``
+  silently cuts a string at CR/LF, so a smuggled recipient would otherwise
+  vanish instead of failing loudly.
+* The addr-spec is checked by ``email_validator`` without DNS.
+* The envelope is ASCII: IDN domains become punycode; a non-ASCII local
+  part is refused because SMTPUTF8 is not supported yet.
+* An unquoted display name may not hold ``< > @ , ; : " \\`` (it would be
+  ambiguous); quote it to use them.  The name is kept as text and re-rendered
+  by the composer, never copied into a header verbatim.
+
+:func:`address_words` renders a parsed address for a header: the name as one
+quoted string, or as RFC 2047 encoded words (:func:`encoded_words`) when it
+is non-ASCII, long, or contains ``=?``; the addr-spec always in ASCII.
+:func:`find_control_character` is shared with the composer for every other
+header-bound string.
+"""
+
+from __future__ import annotations
+
+import base64
+import unicodedata
+from dataclasses import dataclass
+
+from email_validator import EmailNotValidError, validate_email
+
+from outbox_mailer.errors import CompositionError
+
+# Cc: C0/C1 controls (CR, LF, TAB, NUL, NEL ...); Zl/Zp: U+2028/U+2029, which
+# str.splitlines() treats as line breaks; Cs: lone surrogates, not encodable.
+_FORBIDDEN_CATEGORIES = frozenset({"Cc", "Zl", "Zp", "Cs"})
+_UNQUOTED_NAME_SPECIALS = frozenset('<>@,;:"\\')
+_ENCODED_WORD_BYTES = 36  # -> 48 base64 chars, 60 with the =?utf-8?b?...?= frame
+# A display name gets the longest word RFC 2047 allows (45 bytes -> 72 chars):
+# Python's parser keeps the space between adjacent words in a phrase (other
+# readers drop it, as the RFC says), so names are split only when they must be.
+_PHRASE_WORD_BYTES = 45
+_MAX_QUOTED_NAME = 60
+
+
+def find_control_character(text: str) -> str | None:
+    """Return the first character of ``text`` that may not reach a header, or None."""
+    for char in text:
+        if unicodedata.category(char) in _FORBIDDEN_CATEGORIES:
+            return char
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedAddress:
+    """One validated mailbox."""
+
+    display_name: str  # may be empty; free text, not yet encoded
+    local_part: str  # ASCII
+    domain: str  # as written (Unicode for IDN), lower-cased by the validator
+    ascii_domain: str  # punycode form
+
+    @property
+    def addr_spec(self) -> str:
+        """``local@ascii-domain``: the form for the envelope and the headers."""
+        return f"{self.local_part}@{self.ascii_domain}"
+
+
+def checked_text(value: object, field: str) -> str:
+    """``value`` if it is a string without control characters, else a CompositionError naming ``field``."""
+    if not isinstance(value, str):
+        raise CompositionError(field, f"expected a string, got {type(value).__name__}")
+    bad = find_control_character(value)
+    if bad is not None:
+        raise CompositionError(field, f"control character {bad!r} is not allowed in {value!r}")
+    return value
+
+
+def parse_address(raw: object, field: str) -> ParsedAddress:
+    """Parse and validate one address from field ``field`` of a row."""
+    raw = checked_text(raw, field)
+    display_name, addr = _split_display_name(raw.strip(), field)
+    return _validated(display_name, addr, raw, field)
+
+
+def parse_address_list(raw: object, field: str) -> tuple[ParsedAddress, ...]:
+    """Parse a list of addresses; errors name the element as ``field[i]``."""
+    if not isinstance(raw, (list, tuple)):
+        raise CompositionError(field, f"expected a list of strings, got {type(raw).__name__}")
+    return tuple(parse_address(item, f"{field}[{i}]") for i, item in enumerate(raw))
+
+
+def _split_display_name(text: str, field: str) -> tuple[str, str]:
+    """Split ``Name <addr>`` into (name, addr); a bare addr-spec has no name."""
+    if not text.endswith(">"):
+        if "<" in text or ">" in text:
+            raise CompositionError(field, f"unbalanced angle brackets in {text!r}")
+        return "", text
+    open_at = text.rfind("<")
+    if open_at == -1:
+        raise CompositionError(field, f"unbalanced angle brackets in {text!r}")
+    addr = text[open_at + 1 : -1].strip()
+    return _display_name(text[:open_at].strip(), field), addr
+
+
+def _display_name(text: str, field: str) -> str:
+    """The display name as text: unquoted, escapes resolved, outer spaces dropped."""
+    if len(text) >= 2 and text.startswith('"') and text.endswith('"'):
+        return _unquote(text[1:-1], field).strip()
+    specials = sorted(_UNQUOTED_NAME_SPECIALS.intersection(text))
+    if specials:
+        raise CompositionError(
+            field,
+            f"display name {text!r} contains {''.join(specials)!r}; put it in double quotes",
+        )
+    return text
+
+
+def _unquote(inner: str, field: str) -> str:
+    chars: list[str] = []
+    escaped = False
+    for char in inner:
+        if escaped:
+            chars.append(char)
+            escaped = False
+        elif char == "\\":
+            escaped = True
+        elif char == '"':
+            raise CompositionError(field, f"unescaped double quote in display name {inner!r}")
+        else:
+            chars.append(char)
+    if escaped:
+        raise CompositionError(field, f"display name {inner!r} ends with a lone backslash")
+    return "".join(chars)
+
+
+def _validated(display_name: str, addr: str, raw: str, field: str) -> ParsedAddress:
+    try:
+        result = validate_email(addr, check_deliverability=False)
+    except EmailNotValidError as exc:
+        raise CompositionError(field, f"invalid address {raw!r}: {exc}") from exc
+    if result.ascii_local_part is None or not result.local_part.isascii():
+        raise CompositionError(
+            field,
+            f"address {addr!r} has a non-ASCII local part; SMTPUTF8 is not supported",
+        )
+    return ParsedAddress(
+        display_name=display_name,
+        local_part=result.local_part,
+        domain=result.domain,
+        ascii_domain=result.ascii_domain,
+    )
+
+
+def address_words(address: ParsedAddress) -> list[str]:
+    """The address as header words, to be joined by spaces (and folded between them)."""
+    if not address.display_name:
+        return [address.addr_spec]
+    return [*_phrase_words(address.display_name), f"<{address.addr_spec}>"]
+
+
+def _phrase_words(name: str) -> list[str]:
+    if name.isascii() and "=?" not in name and len(name) <= _MAX_QUOTED_NAME:
+        return ['"' + name.replace("\\", "\\\\").replace('"', '\\"') + '"']
+    return encoded_words(name, _PHRASE_WORD_BYTES)
+
+
+def encoded_words(text: str, chunk_bytes: int = _ENCODED_WORD_BYTES) -> list[str]:
+    """RFC 2047 ``=?utf-8?b?...?=`` words; decoders join adjacent ones exactly."""
+    chunks: list[bytes] = []
+    chunk = b""
+    for char in text:
+        encoded = char.encode("utf-8")
+        if chunk and len(chunk) + len(encoded) > chunk_bytes:
+            chunks.append(chunk)
+            chunk = b""
+        chunk += encoded
+    chunks.append(chunk)
+    return [f"=?utf-8?b?{base64.b64encode(c).decode('ascii')}?=" for c in chunks]

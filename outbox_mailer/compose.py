@@ -1,0 +1,379 @@
+"""Turn a claimed row into the exact bytes to send (pure: no I/O, no clock).
+
+:func:`compose` validates every field of a :class:`~outbox_mailer.delivery.Delivery`
+and returns a :class:`~outbox_mailer.delivery.ComposedMessage`: ASCII envelope,
+deterministic ``Message-ID`` and an RFC 5322 message with CRLF line endings.
+Anything that cannot become a safe message raises
+:class:`~outbox_mailer.errors.CompositionError` naming the field
+(``to_addresses[1]``, ``headers.X-Foo``, ``attachments[0].content_base64`` ...).
+
+How it is built:
+
+* The MIME body (text/plain, text/html, multipart/alternative, multipart/mixed
+  with attachments) is made by ``email.message.EmailMessage`` with a 7bit
+  policy, so the message is pure ASCII and needs no 8BITMIME.  Multipart
+  boundaries are derived from the Message-ID and checked against every part,
+  so the same row always gives the same bytes.
+* The top-level headers (Date, From, To, Cc, Reply-To, Subject, Message-ID and
+  the row's own headers) are rendered here: values are checked for control
+  characters first, then written as plain ASCII folded at spaces, or as
+  RFC 2047 encoded words when they are non-ASCII or contain ``=?``.  The
+  standard library's folder is not used for them because Python 3.11 before
+  3.11.10 decodes encoded words found in the input and writes the decoded
+  CR/LF back out (CVE-2024-6923), and it turns long URLs into encoded words.
+* The result is parsed back; if its header names or MIME tree differ from
+  what was built, the message is refused rather than sent.
+* Bcc recipients go into the envelope only, never into a header.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import email.policy
+import hashlib
+import hmac
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from email.message import EmailMessage, MIMEPart
+from email.parser import BytesParser
+from email.utils import format_datetime
+
+from outbox_mailer.addresses import (
+    ParsedAddress,
+    address_words,
+    checked_text,
+    encoded_words,
+    find_control_character,
+    parse_address,
+    parse_address_list,
+)
+from outbox_mailer.delivery import ComposedMessage, Delivery
+from outbox_mailer.errors import CompositionError
+
+__all__ = ["compose", "message_id_for"]
+
+_POLICY = email.policy.SMTP.clone(cte_type="7bit")
+_RESERVED_HEADERS = frozenset(
+    {
+        "from", "to", "cc", "bcc", "reply-to", "sender", "subject", "message-id",
+        "date", "mime-version", "return-path", "received",
+    }
+)
+# Content-* would alter the MIME structure; Resent-* (Resent-Bcc above all)
+# are trace fields that only a re-sending agent may write.
+_RESERVED_PREFIXES = ("content-", "resent-")
+_FIELD_NAME = re.compile(r"[\x21-\x39\x3b-\x7e]{1,76}")  # RFC 5322 ftext, folded-line sized
+_RESTRICTED_NAME = r"[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}"  # RFC 6838
+_CONTENT_TYPE = re.compile(f"({_RESTRICTED_NAME})/({_RESTRICTED_NAME})")
+_REFUSED_ATTACHMENT_TYPES = frozenset({"multipart", "message"})
+_ATTACHMENT_KEYS = frozenset({"filename", "content_type", "content_base64"})
+_MAX_FILENAME_CHARS = 255
+_ASCII_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+_DOMAIN = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?")
+_MAX_LINE = 78
+_LONGEST_RAW_WORD = 900  # RFC 5322 caps a line at 998 octets
+
+
+@dataclass(frozen=True, slots=True)
+class _Attachment:
+    filename: str
+    maintype: str
+    subtype: str
+    data: bytes
+
+
+def message_id_for(dedupe_key: str, domain: str, secret: bytes) -> str:
+    """``<hex@domain>``: an HMAC of the dedupe key, stable across retries.
+
+    The raw key never appears (it may leak data or hold illegal characters).
+    """
+    if not _DOMAIN.fullmatch(domain):
+        raise ValueError(f"not an ASCII domain name: {domain!r}")
+    key = dedupe_key.encode("utf-8", "surrogatepass")
+    digest = hmac.new(secret, key, hashlib.sha256).hexdigest()[:32]
+    return f"<{digest}@{domain}>"
+
+
+def compose(
+    delivery: Delivery,
+    *,
+    default_from: str | None,
+    max_message_bytes: int,
+    message_id_secret: bytes,
+    now: datetime,
+) -> ComposedMessage:
+    """Validate ``delivery`` and render it; raise CompositionError if it cannot be sent."""
+    sender = _sender(delivery.from_address, default_from)
+    to = parse_address_list(delivery.to_addresses, "to_addresses")
+    if not to:
+        raise CompositionError("to_addresses", "at least one recipient is required")
+    cc = parse_address_list(delivery.cc_addresses, "cc_addresses")
+    bcc = parse_address_list(delivery.bcc_addresses, "bcc_addresses")
+    reply_to = None if delivery.reply_to is None else parse_address(delivery.reply_to, "reply_to")
+    subject = checked_text(delivery.subject, "subject")
+    custom = _checked_custom_headers(delivery.headers)
+    text_body, html_body = _checked_bodies(delivery.text_body, delivery.html_body)
+    attachments = _checked_attachments(delivery.attachments, max_message_bytes)
+
+    message_id = message_id_for(delivery.dedupe_key, sender.ascii_domain, message_id_secret)
+    headers = [
+        ("Date", _unstructured("Date", format_datetime(now))),
+        ("From", _address_header("From", [sender])),
+        ("To", _address_header("To", to)),
+    ]
+    if cc:
+        headers.append(("Cc", _address_header("Cc", cc)))
+    if reply_to is not None:
+        headers.append(("Reply-To", _address_header("Reply-To", [reply_to])))
+    headers.append(("Subject", _unstructured("Subject", subject)))
+    headers.append(("Message-ID", _unstructured("Message-ID", message_id)))
+    headers.extend((name, _unstructured(name, value)) for name, value in custom)
+    headers.append(("MIME-Version", "MIME-Version: 1.0\r\n"))
+
+    body = _mime_body(text_body, html_body, attachments, seed=message_id[1:33])
+    data = "".join(folded for _, folded in headers).encode("ascii") + body.as_bytes()
+    if len(data) > max_message_bytes:
+        raise CompositionError(
+            "message",
+            f"composed message is {len(data)} bytes, over the limit of {max_message_bytes}",
+        )
+    _verify_parses_back(data, [name for name, _ in headers], body)
+    return ComposedMessage(
+        sender=sender.addr_spec,
+        recipients=_envelope_recipients((*to, *cc, *bcc)),
+        message_id=message_id,
+        data=data,
+    )
+
+
+# -- checking the row --------------------------------------------------------
+
+
+def _sender(from_address: str | None, default_from: str | None) -> ParsedAddress:
+    if from_address is not None:
+        return parse_address(from_address, "from_address")
+    if default_from is not None:
+        return parse_address(default_from, "from_address")
+    raise CompositionError("from_address", "no from_address and no default sender configured")
+
+
+
+
+def _checked_custom_headers(headers: object) -> list[tuple[str, str]]:
+    if not isinstance(headers, dict):
+        raise CompositionError("headers", f"expected an object, got {type(headers).__name__}")
+    checked = []
+    for name, value in headers.items():
+        _check_header_name(name)
+        checked.append((name, checked_text(value, f"headers.{name}")))
+    return checked
+
+
+def _check_header_name(name: object) -> None:
+    if not isinstance(name, str) or not _FIELD_NAME.fullmatch(name):
+        raise CompositionError(
+            "headers",
+            f"invalid header name {name!r}: 1-76 printable ASCII characters, no colon or space",
+        )
+    lower = name.lower()
+    if lower in _RESERVED_HEADERS or lower.startswith(_RESERVED_PREFIXES):
+        raise CompositionError(f"headers.{name}", f"{name} is set by outbox-mailer; it cannot be given")
+
+
+def _checked_bodies(text: object, html: object) -> tuple[str | None, str | None]:
+    if text is None and html is None:
+        raise CompositionError("text_body", "one of text_body or html_body is required")
+    for field, body in (("text_body", text), ("html_body", html)):
+        if body is None:
+            continue
+        if not isinstance(body, str):
+            raise CompositionError(field, f"expected a string, got {type(body).__name__}")
+        try:
+            body.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise CompositionError(field, f"not valid Unicode at position {exc.start}") from exc
+    return text, html  # type: ignore[return-value]
+
+
+def _checked_attachments(attachments: object, max_message_bytes: int) -> list[_Attachment]:
+    if not isinstance(attachments, (list, tuple)):
+        raise CompositionError("attachments", f"expected a list, got {type(attachments).__name__}")
+    checked = []
+    encoded_at_least = 0
+    for index, item in enumerate(attachments):
+        attachment = _checked_attachment(item, f"attachments[{index}]")
+        encoded_at_least += 4 * -(-len(attachment.data) // 3)
+        if encoded_at_least > max_message_bytes:  # refuse before building anything big
+            raise CompositionError(
+                "message",
+                f"composed message is at least {encoded_at_least} bytes, "
+                f"over the limit of {max_message_bytes}",
+            )
+        checked.append(attachment)
+    return checked
+
+
+def _checked_attachment(item: object, field: str) -> _Attachment:
+    if not isinstance(item, dict):
+        raise CompositionError(field, f"expected an object, got {type(item).__name__}")
+    missing = sorted(_ATTACHMENT_KEYS.difference(item))
+    if missing:
+        raise CompositionError(field, f"missing key(s): {', '.join(missing)}")
+    extra = [key for key in item if key not in _ATTACHMENT_KEYS]
+    if extra:
+        raise CompositionError(field, f"unknown key(s): {', '.join(map(repr, extra))}")
+    for key in sorted(_ATTACHMENT_KEYS):
+        if not isinstance(item[key], str):
+            raise CompositionError(f"{field}.{key}", f"expected a string, got {type(item[key]).__name__}")
+    maintype, subtype = _checked_content_type(item["content_type"], f"{field}.content_type")
+    return _Attachment(
+        filename=_checked_filename(item["filename"], f"{field}.filename"),
+        maintype=maintype,
+        subtype=subtype,
+        data=_decoded_base64(item["content_base64"], f"{field}.content_base64"),
+    )
+
+
+def _checked_filename(filename: str, field: str) -> str:
+    if not filename or len(filename) > _MAX_FILENAME_CHARS:
+        raise CompositionError(field, f"must be 1-{_MAX_FILENAME_CHARS} characters")
+    bad = find_control_character(filename)
+    if bad is not None:
+        raise CompositionError(field, f"control character {bad!r} is not allowed")
+    if "=?" in filename:  # the stdlib would decode it as an RFC 2047 encoded word
+        raise CompositionError(field, "'=?' is not allowed in a filename")
+    return filename
+
+
+def _checked_content_type(content_type: str, field: str) -> tuple[str, str]:
+    match = _CONTENT_TYPE.fullmatch(content_type)
+    if match is None:
+        raise CompositionError(field, f"{content_type!r} is not a type/subtype media type")
+    maintype, subtype = match.group(1).lower(), match.group(2).lower()
+    if maintype in _REFUSED_ATTACHMENT_TYPES:
+        raise CompositionError(field, f"{maintype}/* attachments are not supported")
+    return maintype, subtype
+
+
+def _decoded_base64(text: str, field: str) -> bytes:
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise CompositionError(
+            field, f"not strict base64 (no whitespace or line breaks allowed): {exc}"
+        ) from exc
+
+
+def _envelope_recipients(addresses: tuple[ParsedAddress, ...]) -> tuple[str, ...]:
+    seen: set[str] = set()
+    recipients = []
+    for address in addresses:
+        key = address.addr_spec.lower()
+        if key not in seen:
+            seen.add(key)
+            recipients.append(address.addr_spec)
+    return tuple(recipients)
+
+
+# -- rendering the top-level headers -----------------------------------------
+
+
+def _unstructured(name: str, value: str) -> str:
+    """``Name: value`` folded; encoded words when the value is not plain ASCII."""
+    words = value.split(" ")
+    if not value.isascii() or "=?" in value or max(map(len, words)) > _LONGEST_RAW_WORD:
+        words = encoded_words(value)
+    return _fold(name, words)
+
+
+def _address_header(name: str, addresses: Sequence[ParsedAddress]) -> str:
+    words: list[str] = []
+    for index, address in enumerate(addresses):
+        tokens = address_words(address)
+        if index < len(addresses) - 1:
+            tokens[-1] += ","
+        words.extend(tokens)
+    return _fold(name, words)
+
+
+def _fold(name: str, words: list[str]) -> str:
+    """Join words with single spaces, breaking lines before a word when a line gets long."""
+    lines = [f"{name}:"]
+    for index, word in enumerate(words):
+        if index and word and len(lines[-1]) + 1 + len(word) > _MAX_LINE:
+            lines.append(f" {word}")
+        else:
+            lines[-1] += f" {word}"
+    return "\r\n".join(lines) + "\r\n"
+
+
+# -- the MIME body -----------------------------------------------------------
+
+
+def _mime_body(
+    text: str | None, html: str | None, attachments: list[_Attachment], *, seed: str
+) -> EmailMessage:
+    body = EmailMessage(policy=_POLICY)
+    if text is not None:
+        body.set_content(text, cte=_body_cte(text))
+        if html is not None:
+            body.add_alternative(html, subtype="html", cte=_body_cte(html))
+    else:
+        assert html is not None
+        body.set_content(html, subtype="html", cte=_body_cte(html))
+    for attachment in attachments:
+        body.add_attachment(
+            attachment.data,
+            maintype=attachment.maintype,
+            subtype=attachment.subtype,
+            filename=attachment.filename,
+        )
+    for part in body.walk():
+        del part["MIME-Version"]  # rendered once with the top-level headers
+    _set_boundaries(body, seed)
+    return body
+
+
+def _body_cte(body: str) -> str | None:
+    """Force quoted-printable for ASCII controls, which 7bit may not carry; else let the stdlib choose."""
+    return "quoted-printable" if _ASCII_CONTROL.search(body) else None
+
+
+def _set_boundaries(body: EmailMessage, seed: str) -> None:
+    """Deterministic boundaries, none of which occurs in any part's encoded payload."""
+    payloads = [part.get_payload() for part in body.walk() if not part.is_multipart()]
+    for part in body.walk():
+        if part.is_multipart():
+            counter = 0
+            while any(_boundary(part, seed, counter) in p for p in payloads):
+                counter += 1
+            part.set_boundary(_boundary(part, seed, counter))
+
+
+def _boundary(part: MIMEPart, seed: str, counter: int) -> str:
+    return f"=_{part.get_content_subtype()}_{seed}_{counter}"
+
+
+def _verify_parses_back(data: bytes, header_names: list[str], body: EmailMessage) -> None:
+    """Refuse the message if a reader would see other headers or another MIME tree."""
+    parsed = BytesParser(policy=email.policy.default).parsebytes(data)
+    expected_names = [name.lower() for name in (*header_names, *body.keys())]
+    if (
+        not data.isascii()
+        or [name.lower() for name in parsed.keys()] != expected_names
+        or _mime_tree(parsed) != _mime_tree(body)
+    ):
+        raise CompositionError(
+            "message", "the rendered message does not parse back to the intended structure"
+        )
+
+
+def _mime_tree(part: MIMEPart) -> tuple[object, ...]:
+    children = tuple(
+        (tuple(name.lower() for name in child.keys()), _mime_tree(child))
+        for child in part.iter_parts()
+    )
+    return (part.get_content_type(), children)

@@ -1,0 +1,160 @@
+"""The installed CLI as a subprocess: the whole path, exit codes and --json."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from tests.e2e.conftest import Installed, base_env
+from tests.smtp_server import SmtpTestServer, free_port
+from tests.smtp_server import smtp_server  # noqa: F401  (fixture)
+
+
+@pytest.fixture
+def env(db_url: str, smtp_server: SmtpTestServer) -> dict[str, str]:  # noqa: F811
+    return base_env(
+        OUTBOX_MAILER_DATABASE_URL=db_url,
+        OUTBOX_MAILER_DEFAULT_FROM="App <app@example.com>",
+        OUTBOX_MAILER_SMTP__HOST=smtp_server.host,
+        OUTBOX_MAILER_SMTP__PORT=str(smtp_server.port),
+        OUTBOX_MAILER_SMTP__TLS="none",
+        OUTBOX_MAILER_RETRY__BASE_SECONDS="0.1",
+        OUTBOX_MAILER_RETRY__MAX_SECONDS="0.5",
+        OUTBOX_MAILER_POLL_INTERVAL_SECONDS="1",
+    )
+
+
+@pytest.fixture
+def daemon(installed: Installed, env: dict[str, str]) -> Iterator[subprocess.Popen[str]]:
+    proc = subprocess.Popen([str(installed.bin / "outbox-mailer"), "run"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    yield proc
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+def psql(url: str, script: str) -> None:
+    subprocess.run(["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", url], input=script, text=True, check=True,
+                   capture_output=True, timeout=60)
+
+
+def status_json(installed: Installed, env: dict[str, str], *keys: str) -> dict[str, dict]:  # type: ignore[type-arg]
+    out = installed.cli("status", *keys, "--json", env=env)
+    return {d["dedupe_key"]: d for d in map(json.loads, out.stdout.splitlines())}
+
+
+def test_rows_committed_with_psql_are_delivered_and_rolled_back_ones_never(
+    installed: Installed, env: dict[str, str], db_url: str, smtp_server: SmtpTestServer,  # noqa: F811
+    daemon: subprocess.Popen[str],
+) -> None:
+    values = ",\n".join(f"('order-{i}', ARRAY['c{i}@example.com'], 'Order {i}', 'Thanks')" for i in range(30))
+    psql(db_url, f"BEGIN;\nINSERT INTO email_deliveries (dedupe_key, to_addresses, subject, text_body) VALUES\n"
+                 f"{values};\nCOMMIT;\n")
+    psql(db_url, "BEGIN;\nINSERT INTO email_deliveries (dedupe_key, to_addresses, subject, text_body) "
+                 "VALUES ('rolled-back', ARRAY['x@example.com'], 'no', 'no');\nROLLBACK;\n")
+    keys = [f"order-{i}" for i in range(30)]
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        rows = status_json(installed, env, *keys)
+        if len(rows) == 30 and all(r["status"] == "sent" for r in rows.values()):
+            break
+        time.sleep(0.2)
+    else:
+        pytest.fail(f"not all sent: {rows}")
+    assert rows["order-7"]["attempts"] == 1 and rows["order-7"]["sent_at"]
+    assert sorted(m.rcpt_tos[0] for m in smtp_server.accepted) == sorted(f"c{i}@example.com" for i in range(30))
+    missing = installed.cli("status", "rolled-back", env=env)
+    assert missing.returncode == 1
+    assert missing.stderr.strip() == "outbox-mailer: no email with dedupe key 'rolled-back'"
+    daemon.send_signal(signal.SIGTERM)
+    assert daemon.wait(timeout=15) == 0
+    assert all(b"x@example.com" not in m.data for m in smtp_server.messages)
+
+
+def test_enqueue_from_flags_and_stdin_then_cancel_and_retry(installed: Installed, env: dict[str, str]) -> None:
+    flags = installed.cli("enqueue", "--key", "k-flags", "--to", "a@example.com", "--subject", "Hi", "--text",
+                          "body", "--json", env=env)
+    assert flags.returncode == 0, flags.stderr
+    assert json.loads(flags.stdout)["created"] is True
+    doc = {"dedupe_key": "k-stdin", "to_addresses": "b@example.com", "subject": "Hé", "html_body": "<p>x</p>",
+           "scheduled_at": "2099-01-01T00:00:00+00:00"}
+    stdin = installed.cli("enqueue", "--stdin", "--json", env=env, input=json.dumps(doc))
+    assert stdin.returncode == 0, stdin.stderr
+    again = installed.cli("enqueue", "--stdin", "--json", env=env, input=json.dumps(doc))
+    assert again.returncode == 0 and json.loads(again.stdout)["created"] is False
+    rows = status_json(installed, env, "k-flags", "k-stdin")
+    assert rows["k-stdin"]["status"] == "pending" and rows["k-stdin"]["scheduled_at"].startswith("2099-01-01")
+    assert installed.cli("cancel", "k-stdin", env=env).returncode == 0
+    second = installed.cli("cancel", "k-stdin", env=env)
+    assert second.returncode == 1 and "is cancelled" in second.stderr
+    assert installed.cli("retry", "k-stdin", env=env).returncode == 0
+    assert status_json(installed, env, "k-stdin")["k-stdin"]["status"] == "pending"
+    assert installed.cli("retry", "no-such-key", env=env).returncode == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "stdin", "message"),
+    [
+        (["enqueue", "--stdin"], "not json", "not one JSON object"),
+        (["enqueue", "--stdin"], '{"to_addresses": ["a@example.com"], "subject": "s", "bogus": 1}', "bogus"),
+        (["enqueue", "--stdin"], '{"to_addresses": ["a@example.com"], "subject": "s"}', "email_deliveries_has_body"),
+        (["enqueue", "--to", "a@example.com"], None, "--subject"),
+        (["enqueue", "--stdin"], '{"dedupe_key": "a\\nb", "to_addresses": ["a@example.com"], "subject": "s", '
+                                 '"text_body": "b"}', "email_deliveries_dedupe_key_valid"),
+        (["nonsense"], None, "invalid choice"),
+    ],
+)
+def test_bad_input_exits_2_with_a_message(installed: Installed, env: dict[str, str], args: list[str],
+                                          stdin: str | None, message: str) -> None:
+    out = installed.cli(*args, env=env, input=stdin)
+    assert out.returncode == 2
+    assert message in out.stderr
+
+
+def test_bad_setting_exits_2_naming_it(installed: Installed, env: dict[str, str]) -> None:
+    out = installed.cli("stats", env={**env, "OUTBOX_MAILER_BATCH_SIZE": "lots"})
+    assert out.returncode == 2 and "OUTBOX_MAILER_BATCH_SIZE" in out.stderr
+    out = installed.cli("stats", env={k: v for k, v in env.items() if k != "OUTBOX_MAILER_DATABASE_URL"})
+    assert out.returncode == 2 and "OUTBOX_MAILER_DATABASE_URL is not set" in out.stderr
+
+
+def test_unreachable_database_exits_3(installed: Installed, env: dict[str, str]) -> None:
+    url = f"postgresql://postgres@127.0.0.1:{free_port()}/postgres"
+    out = installed.cli("stats", env={**env, "OUTBOX_MAILER_DATABASE_URL": url})
+    assert out.returncode == 3 and "database unavailable" in out.stderr
+
+
+def test_run_refuses_an_unmigrated_database(installed: Installed, env: dict[str, str], empty_db_url: str) -> None:
+    out = installed.cli("run", env={**env, "OUTBOX_MAILER_DATABASE_URL": empty_db_url}, timeout=30)
+    assert out.returncode == 2 and "outbox-mailer migrate" in out.stderr
+
+
+def test_stats_json(installed: Installed, env: dict[str, str]) -> None:
+    installed.cli("enqueue", "--key", "s1", "--to", "a@example.com", "--subject", "s", "--text", "b", env=env)
+    out = installed.cli("stats", "--json", env=env)
+    stats = json.loads(out.stdout)
+    assert stats["pending"] == 1 and stats["due_now"] == 1 and stats["oldest_due_age_seconds"] >= 0
+
+
+def test_check_reports_each_dependency(installed: Installed, env: dict[str, str]) -> None:
+    ok = installed.cli("check", "--json", env={**env, "OUTBOX_MAILER_SMTP__PASSWORD": "hunter2",
+                                                "OUTBOX_MAILER_SMTP__USERNAME": "u",
+                                                "OUTBOX_MAILER_SMTP__ALLOW_PLAINTEXT_AUTH": "true"})
+    checks = {c["check"]: c for c in map(json.loads, ok.stdout.splitlines())}
+    assert checks["database"]["ok"] and "hunter2" not in ok.stdout
+    assert checks["configuration"]["detail"]["smtp"]["password"] == "**********"
+    down = installed.cli("check", env={**env, "OUTBOX_MAILER_SMTP__PORT": str(free_port())})
+    assert down.returncode == 3 and "[FAIL] smtp" in down.stdout
+
+
+def test_demo_runs_from_the_install(installed: Installed) -> None:
+    out = installed.cli("demo", env=base_env(), timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "demo finished: every committed email reached a final state" in out.stdout
+    assert "bounce-permanent   failed" in out.stdout

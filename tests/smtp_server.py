@@ -1,0 +1,358 @@
+"""A real SMTP server for tests: aiosmtpd on 127.0.0.1 with scripted faults.
+
+Start one with the context manager (or the ``smtp_server`` pytest fixture,
+which yields the same object)::
+
+    from tests.smtp_server import running_smtp_server
+
+    with running_smtp_server() as server:       # listens on server.host:server.port
+        server.fail("RCPT", "550 5.1.1 no such user", address="bad@example.com")
+        server.fail("MAIL", "421 4.3.2 busy", times=1)   # first MAIL only, then normal
+        server.drop("DATA")          # read the whole message, close without replying
+        server.drop("RCPT")          # close on RCPT: nothing received
+        server.delay("DATA", 1.0)    # normal reply, one second late
+        ...
+        server.messages              # every complete message body the server read
+        server.accepted              # ... the ones it answered 2xx
+        server.connections, server.max_concurrent, server.commands
+
+Faults apply to ``MAIL``, ``RCPT`` (optionally one ``address``) and ``DATA``
+(after the message body was read). A fault's ``reply`` is any ``"CODE text"``
+line; a 2xx reply accepts as usual with that text (e.g. ``"250 2.0.0 Ok:
+queued as 4ABC12"``). Faults are matched in the order added; ``times=N``
+limits one to the first N matching commands. ``disconnect_all()`` closes
+every open connection from the server side (a server dropping idle clients).
+
+Keyword arguments of ``running_smtp_server`` go to aiosmtpd's ``Controller``
+and ``SMTP`` (``tls_context=`` to offer STARTTLS, ``ssl_context=`` for
+implicit TLS, ``authenticator=``/``auth_require_tls=`` for AUTH).
+``make_self_signed_cert`` writes a certificate for 127.0.0.1 with openssl.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiosmtpd.controller import Controller
+from aiosmtpd.smtp import SMTP
+
+__all__ = [
+    "Fault",
+    "ReceivedMessage",
+    "SmtpTestServer",
+    "free_port",
+    "make_self_signed_cert",
+    "running_smtp_server",
+    "smtp_server",
+]
+
+HOST = "127.0.0.1"
+COMMANDS = frozenset({"MAIL", "RCPT", "DATA"})
+
+
+@dataclass
+class Fault:
+    command: str  # MAIL, RCPT or DATA
+    reply: str | None = None  # "CODE text"; None: the normal reply
+    delay: float = 0.0  # seconds to wait before replying (or dropping)
+    drop: bool = False  # close the connection instead of replying
+    address: str | None = None  # MAIL/RCPT: only for this address
+    times: int | None = None  # only the first N matching commands; None: always
+
+
+@dataclass(frozen=True)
+class ReceivedMessage:
+    mail_from: str
+    rcpt_tos: tuple[str, ...]
+    data: bytes  # as received, dot-unstuffed, CRLF line endings
+    reply: str | None  # what the server answered; None: dropped without reply
+    connection: int  # 1-based number of the connection it came on
+    tls: bool  # the session was encrypted
+
+    @property
+    def accepted(self) -> bool:
+        return self.reply is not None and self.reply.startswith("2")
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((HOST, 0))
+        return sock.getsockname()[1]
+
+
+def make_self_signed_cert(directory: Path) -> tuple[Path, Path]:
+    """A certificate (and key) valid for 127.0.0.1 and localhost; returns (cert, key)."""
+    cert, key = directory / "smtp-cert.pem", directory / "smtp-key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+         "-nodes", "-days", "2", "-subj", "/CN=127.0.0.1",
+         "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost",
+         "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    return cert, key
+
+
+class SmtpTestServer:
+    """State shared with the server thread; every public method is thread-safe."""
+
+    def __init__(self) -> None:
+        self.host = HOST
+        self.port = 0
+        self._lock = threading.Lock()
+        self._faults: list[Fault] = []
+        self._messages: list[ReceivedMessage] = []
+        self._commands: list[tuple[int, str, str]] = []
+        self._open: set[_RecordingSMTP] = set()
+        self._connections = 0
+        self._max_concurrent = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # -- scripting --------------------------------------------------------
+
+    def script(self, command: str, **kw: Any) -> Fault:
+        command = command.upper()
+        if command not in COMMANDS:
+            raise ValueError(f"faults apply to {sorted(COMMANDS)}, not {command!r}")
+        fault = Fault(command, **kw)
+        with self._lock:
+            self._faults.append(fault)
+        return fault
+
+    def fail(self, command: str, reply: str, **kw: Any) -> Fault:
+        """Answer ``command`` with ``reply`` (e.g. ``"451 4.3.0 try later"``)."""
+        return self.script(command, reply=reply, **kw)
+
+    def drop(self, command: str, **kw: Any) -> Fault:
+        """Close the connection on ``command`` without replying."""
+        return self.script(command, drop=True, **kw)
+
+    def delay(self, command: str, seconds: float, **kw: Any) -> Fault:
+        """Reply to ``command`` only after ``seconds``."""
+        return self.script(command, delay=seconds, **kw)
+
+    def clear_faults(self) -> None:
+        with self._lock:
+            self._faults.clear()
+
+    def disconnect_all(self, timeout: float = 2.0) -> None:
+        """Close every open connection from the server side and wait until they are gone."""
+        assert self._loop is not None
+        with self._lock:
+            servers = list(self._open)
+        for srv in servers:
+            if srv.transport is not None:
+                self._loop.call_soon_threadsafe(srv.transport.close)
+        self.wait_until(lambda: not self.open_connections, timeout)
+
+    # -- what happened ----------------------------------------------------
+
+    @property
+    def messages(self) -> list[ReceivedMessage]:
+        with self._lock:
+            return list(self._messages)
+
+    @property
+    def accepted(self) -> list[ReceivedMessage]:
+        return [m for m in self.messages if m.accepted]
+
+    @property
+    def commands(self) -> list[tuple[int, str, str]]:
+        """(connection number, verb, argument) for each MAIL, RCPT, DATA, RSET, QUIT."""
+        with self._lock:
+            return list(self._commands)
+
+    def verbs(self) -> list[str]:
+        return [verb for _, verb, _ in self.commands]
+
+    @property
+    def connections(self) -> int:
+        """Connections accepted so far (the readiness probe excluded)."""
+        with self._lock:
+            return self._connections
+
+    @property
+    def open_connections(self) -> int:
+        with self._lock:
+            return len(self._open)
+
+    @property
+    def max_concurrent(self) -> int:
+        with self._lock:
+            return self._max_concurrent
+
+    def wait_until(self, predicate: Any, timeout: float = 2.0) -> bool:
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.005)
+        return True
+
+    # -- called from the server thread ------------------------------------
+
+    def _take(self, command: str, address: str | None) -> Fault | None:
+        with self._lock:
+            for fault in self._faults:
+                if fault.command != command:
+                    continue
+                if fault.address is not None and fault.address != address:
+                    continue
+                if fault.times is not None:
+                    if fault.times <= 0:
+                        continue
+                    fault.times -= 1
+                return fault
+        return None
+
+    def _log(self, srv: _RecordingSMTP, verb: str, arg: str = "") -> None:
+        with self._lock:
+            self._commands.append((srv.number, verb, arg))
+
+    def _record(self, message: ReceivedMessage) -> None:
+        with self._lock:
+            self._messages.append(message)
+
+    def _opened(self, srv: _RecordingSMTP) -> int:
+        with self._lock:
+            self._connections += 1
+            self._open.add(srv)
+            self._max_concurrent = max(self._max_concurrent, len(self._open))
+            return self._connections
+
+    def _closed(self, srv: _RecordingSMTP) -> None:
+        with self._lock:
+            self._open.discard(srv)
+
+    def _reset_counters(self) -> None:
+        with self._lock:
+            self._connections = 0
+            self._max_concurrent = 0
+            self._commands.clear()
+
+
+async def _act(fault: Fault | None, srv: SMTP) -> str | None:
+    """Apply a fault's delay and drop; return its reply (None: the normal one)."""
+    if fault is None:
+        return None
+    if fault.delay:
+        await asyncio.sleep(fault.delay)
+    if fault.drop:
+        assert srv.transport is not None
+        srv.transport.close()
+        await asyncio.Event().wait()  # cancelled by connection_lost
+    return fault.reply
+
+
+class _Handler:
+    def __init__(self, owner: SmtpTestServer) -> None:
+        self.owner = owner
+
+    async def handle_MAIL(self, srv, session, envelope, address, mail_options):  # noqa: N802
+        self.owner._log(srv, "MAIL", address)
+        reply = await _act(self.owner._take("MAIL", address), srv)
+        if reply is None or reply.startswith("2"):
+            envelope.mail_from = address
+            envelope.mail_options.extend(mail_options)
+        return reply or "250 OK"
+
+    async def handle_RCPT(self, srv, session, envelope, address, rcpt_options):  # noqa: N802
+        self.owner._log(srv, "RCPT", address)
+        reply = await _act(self.owner._take("RCPT", address), srv)
+        if reply is None or reply.startswith("2"):
+            envelope.rcpt_tos.append(address)
+            envelope.rcpt_options.extend(rcpt_options)
+        return reply or "250 OK"
+
+    async def handle_DATA(self, srv, session, envelope):  # noqa: N802
+        self.owner._log(srv, "DATA")
+        fault = self.owner._take("DATA", None)
+        reply = None if fault is not None and fault.drop else (fault and fault.reply) or "250 OK"
+        self.owner._record(
+            ReceivedMessage(
+                mail_from=envelope.mail_from,
+                rcpt_tos=tuple(envelope.rcpt_tos),
+                data=bytes(envelope.original_content),
+                reply=reply,
+                connection=srv.number,
+                tls=session.ssl is not None,
+            )
+        )
+        await _act(fault, srv)
+        return reply
+
+    async def handle_RSET(self, srv, session, envelope):  # noqa: N802
+        self.owner._log(srv, "RSET")
+        return "250 OK"
+
+    async def handle_QUIT(self, srv, session, envelope):  # noqa: N802
+        self.owner._log(srv, "QUIT")
+        return "221 Bye"
+
+
+class _RecordingSMTP(SMTP):
+    def __init__(self, handler: _Handler, **kw: Any) -> None:
+        super().__init__(handler, **kw)
+        self.owner = handler.owner
+        self.number = 0
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        first = self.transport is None  # not the STARTTLS upgrade of the same connection
+        super().connection_made(transport)
+        if first:
+            self.number = self.owner._opened(self)
+
+    def connection_lost(self, error: Exception | None) -> None:
+        self.owner._closed(self)
+        super().connection_lost(error)
+
+
+class _Controller(Controller):
+    def factory(self) -> SMTP:
+        return _RecordingSMTP(self.handler, **self.SMTP_kwargs)
+
+
+@contextlib.contextmanager
+def running_smtp_server(**kwargs: Any) -> Iterator[SmtpTestServer]:
+    """Start aiosmtpd on 127.0.0.1 and a free port; stop it on exit."""
+    state = SmtpTestServer()
+    kwargs.setdefault("server_hostname", "smtp.example.com")
+    kwargs.setdefault("ready_timeout", 5.0)
+    controller = None
+    for _ in range(5):  # the port may be taken between free_port() and bind
+        port = free_port()
+        candidate = _Controller(_Handler(state), hostname=HOST, port=port, **kwargs)
+        try:
+            candidate.start()
+        except (OSError, RuntimeError, TimeoutError):
+            with contextlib.suppress(Exception):
+                candidate.stop(no_assert=True)
+            continue
+        controller, state.port = candidate, port
+        break
+    if controller is None:
+        raise RuntimeError("could not start the test SMTP server")
+    state._loop = controller.loop
+    # Forget the controller's readiness probe connection.
+    state.wait_until(lambda: not state.open_connections)
+    state._reset_counters()
+    try:
+        yield state
+    finally:
+        controller.stop()
+
+
+@pytest.fixture
+def smtp_server() -> Iterator[SmtpTestServer]:
+    with running_smtp_server() as server:
+        yield server

@@ -1,0 +1,136 @@
+"""parse_address(): row strings to validated mailboxes; rendering for headers."""
+
+from __future__ import annotations
+
+import email.policy
+import re
+from email.parser import BytesParser
+
+import pytest
+
+from outbox_mailer.addresses import (
+    ParsedAddress,
+    address_words,
+    encoded_words,
+    find_control_character,
+    parse_address,
+    parse_address_list,
+)
+from outbox_mailer.errors import CompositionError
+
+
+@pytest.mark.parametrize("raw, name, addr_spec", [
+    ("alice@example.com", "", "alice@example.com"),
+    ("  alice@example.com  ", "", "alice@example.com"),
+    ("<alice@example.com>", "", "alice@example.com"),
+    ("Alice Example <alice@example.com>", "Alice Example", "alice@example.com"),
+    ("Alice<alice@example.com>", "Alice", "alice@example.com"),
+    ('"Example, Alice" <alice@example.com>', "Example, Alice", "alice@example.com"),
+    ('"a \\"quoted\\" \\\\ name" <alice@example.com>', 'a "quoted" \\ name', "alice@example.com"),
+    ('"<not@an.address>" <alice@example.com>', "<not@an.address>", "alice@example.com"),
+    ('"  padded  " <alice@example.com>', "padded", "alice@example.com"),
+    ("Jörg Müller <jorg@example.com>", "Jörg Müller", "jorg@example.com"),
+    ("Dr. Who (Time Lord) <who@example.com>", "Dr. Who (Time Lord)", "who@example.com"),
+    ("Alice.Example+tag@Example.COM", "", "Alice.Example+tag@example.com"),
+    ("info@bücher.example.com", "", "info@xn--bcher-kva.example.com"),
+])
+def test_parse_address_accepts(raw: str, name: str, addr_spec: str) -> None:
+    parsed = parse_address(raw, "to_addresses[0]")
+    assert parsed.display_name == name
+    assert parsed.addr_spec == addr_spec
+
+
+def test_idn_domain_keeps_both_forms() -> None:
+    parsed = parse_address("Zoë <zoe@Müller.example.org>", "to_addresses[0]")
+    assert parsed == ParsedAddress("Zoë", "zoe", "müller.example.org", "xn--mller-kva.example.org")
+
+
+@pytest.mark.parametrize("raw", [
+    "a@localhost",  # dotless
+    "a@example.test",  # special-use
+    "a..b@example.com",
+    "a@example.com, b@example.com",
+    "Smith, John <j@example.com>",
+    "John <j@example.com",
+    "John j@example.com>",
+    'Mr "x" <j@example.com>',
+    '"unterminated <j@example.com>',
+    '"a"b" <j@example.com>',
+    '"trailing \\" <j@example.com>',
+    "Eve <eve@example.com> <alice@example.com>",
+    '"quoted"@example.com',
+    "a@[192.0.2.1]",
+    "jörg@example.com",
+    "",
+    "<>",
+    "a@example.com\r\nBcc: spy@example.org",
+    "a@example.com\n",
+    "Eve\u2028 <eve@example.com>",
+    "Eve\x00 <eve@example.com>",
+])
+def test_parse_address_refuses(raw: str) -> None:
+    with pytest.raises(CompositionError) as info:
+        parse_address(raw, "cc_addresses[2]")
+    assert info.value.field == "cc_addresses[2]"
+
+
+def test_non_ascii_local_part_error_says_why() -> None:
+    with pytest.raises(CompositionError, match="non-ASCII local part; SMTPUTF8 is not supported"):
+        parse_address("jörg@example.com", "from_address")
+
+
+def test_control_characters_are_refused_before_parsing() -> None:
+    # parseaddr would cut this at the LF and quietly send to alice only.
+    with pytest.raises(CompositionError, match="control character '\\\\n'"):
+        parse_address("alice@example.com\nspy@example.org", "to_addresses[0]")
+
+
+def test_parse_address_list_names_the_index() -> None:
+    with pytest.raises(CompositionError) as info:
+        parse_address_list(("a@example.com", "b@example.com", "bad"), "bcc_addresses")
+    assert info.value.field == "bcc_addresses[2]"
+    assert str(info.value).startswith("bcc_addresses[2]: invalid address 'bad': ")
+
+
+@pytest.mark.parametrize("raw, field", [
+    ("a@example.com", "to_addresses"),
+    (None, "to_addresses"),
+    ((1,), "to_addresses[0]"),
+])
+def test_parse_address_list_type_errors(raw: object, field: str) -> None:
+    with pytest.raises(CompositionError) as info:
+        parse_address_list(raw, "to_addresses")
+    assert info.value.field == field
+
+
+@pytest.mark.parametrize("text, found", [
+    ("plain", None), ("tab\there", "\t"), ("cr\r", "\r"), ("nel\x85", "\x85"),
+    ("ls\u2028", "\u2028"), ("ps\u2029", "\u2029"), ("surrogate\ud800", "\ud800"),
+    ("zero width joiner \u200d ok", None), ("Grüße 東京 🎉", None),
+])
+def test_find_control_character(text: str, found: str | None) -> None:
+    assert find_control_character(text) == found
+
+
+def test_address_words_quote_short_ascii_names() -> None:
+    parsed = parse_address('"Shop, Inc." <shop@example.com>', "from_address")
+    assert address_words(parsed) == ['"Shop, Inc."', "<shop@example.com>"]
+    assert address_words(parse_address("shop@example.com", "from_address")) == ["shop@example.com"]
+
+
+@pytest.mark.parametrize("name", ["Jörg Müller", "=?utf-8?q?x?=", "x" * 61, "東京" * 40])
+def test_address_words_encode_other_names(name: str) -> None:
+    parsed = ParsedAddress(name, "a", "example.com", "example.com")
+    words = address_words(parsed)
+    assert words[-1] == "<a@example.com>"
+    assert all(re.fullmatch(r"=\?utf-8\?b\?[A-Za-z0-9+/=]+\?=", w) for w in words[:-1])
+    assert all(len(w) <= 75 for w in words)
+
+
+@pytest.mark.parametrize("text", ["a", "Grüße", "🎉" * 30, "東京 " * 50, "x" * 500])
+def test_encoded_words_decode_back_exactly(text: str) -> None:
+    words = encoded_words(text)
+    assert all(len(w) <= 75 for w in words)
+    header = ("Subject: " + "\r\n ".join(words) + "\r\n\r\n").encode("ascii")
+    parsed = BytesParser(policy=email.policy.default).parsebytes(header)
+    assert parsed["subject"] == text
