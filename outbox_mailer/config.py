@@ -32,18 +32,20 @@ class SmtpSettings(BaseModel):
     ca_file: str | None = None  # extra CA bundle (PEM) for private relays
     helo_name: str | None = None  # None: the local host name
     pool_size: int = Field(default=4, ge=1, le=256)  # persistent connections
-    connect_timeout_seconds: float = Field(default=10.0, gt=0)
-    command_timeout_seconds: float = Field(default=30.0, gt=0)  # each MAIL/RCPT reply
-    data_timeout_seconds: float = Field(default=120.0, gt=0)  # reply after the message body
+    connect_timeout_seconds: float = Field(default=10.0, gt=0)  # TCP connect and greeting
+    command_timeout_seconds: float = Field(default=20.0, gt=0)  # each EHLO/MAIL/RCPT/... reply
+    data_timeout_seconds: float = Field(default=45.0, gt=0)  # reply after the message body
+    send_timeout_seconds: float = Field(default=60.0, gt=0)  # hard cap on one whole send, connecting included
 
     @property
     def effective_port(self) -> int:
         return self.port if self.port is not None else TLS_DEFAULT_PORTS[self.tls]
 
-    @property
-    def send_timeout_seconds(self) -> float:
-        """Upper bound of one send: connect + greeting/EHLO/TLS/AUTH + MAIL + RCPTs + DATA."""
-        return self.connect_timeout_seconds + 4 * self.command_timeout_seconds + self.data_timeout_seconds
+    @model_validator(mode="after")
+    def _timeouts_fit(self) -> SmtpSettings:
+        if self.send_timeout_seconds < self.data_timeout_seconds:
+            raise ValueError("smtp.send_timeout_seconds must be at least smtp.data_timeout_seconds")
+        return self
 
     @model_validator(mode="after")
     def _auth_needs_tls(self) -> SmtpSettings:
@@ -89,7 +91,7 @@ class Settings(BaseSettings):
     poll_interval_seconds: float = Field(default=5.0, gt=0)  # fallback when NOTIFY is missed
     shutdown_grace_seconds: float = Field(default=30.0, ge=0)  # finish in-flight sends on SIGTERM
     in_doubt: Literal["resend", "hold"] = "resend"  # ambiguous outcome: resend or hold for an operator
-    rescue_after_seconds: float | None = Field(default=None, gt=0)  # None: smtp send timeout + 30
+    rescue_after_seconds: float | None = Field(default=None, gt=0)  # None: smtp.send_timeout_seconds + 15
     rescue_interval_seconds: float = Field(default=15.0, gt=0)  # how often dead claims are looked for
     max_message_bytes: int = Field(default=10 * 1024 * 1024, ge=1024)  # composed size limit
     message_id_secret: SecretStr | None = None  # HMAC key for Message-IDs; keep it stable
@@ -99,7 +101,7 @@ class Settings(BaseSettings):
     def effective_rescue_after_seconds(self) -> float:
         if self.rescue_after_seconds is not None:
             return self.rescue_after_seconds
-        return self.smtp.send_timeout_seconds + 30.0
+        return self.smtp.send_timeout_seconds + 15.0
 
     @model_validator(mode="after")
     def _cross_field(self) -> Settings:

@@ -15,6 +15,7 @@ import glob
 import os
 import pwd
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -76,6 +77,7 @@ class TemporaryPostgres:
     _process: subprocess.Popen[bytes] | None = None
     _embedded: object | None = None
     _url: str | None = None
+    _command: list[str] = field(default_factory=list)
 
     @property
     def url(self) -> str:
@@ -106,21 +108,33 @@ class TemporaryPostgres:
             owner,
         )
         self.port = _free_port()
-        args = [str(bindir / "postgres"), "-D", str(datadir), "-p", str(self.port), "-h", "127.0.0.1",
-                "-k", str(self.directory), "-c", "max_connections=200", "-c", "log_min_messages=warning"]
+        self._command = [str(bindir / "postgres"), "-D", str(datadir), "-p", str(self.port), "-h", "127.0.0.1",
+                         "-k", str(self.directory), "-c", "max_connections=200", "-c", "log_min_messages=warning"]
         if self.fast:
-            args += ["-F", "-c", "full_page_writes=off", "-c", "synchronous_commit=off"]
+            self._command += ["-F", "-c", "full_page_writes=off", "-c", "synchronous_commit=off"]
         for key, value in self.extra_settings.items():
-            args += ["-c", f"{key}={value}"]
-        log = open(self.directory / "postgres.log", "ab")  # noqa: SIM115 - closed in stop()
-        self._process = subprocess.Popen(
-            self._owner_prefix(owner) + args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        log.close()
+            self._command += ["-c", f"{key}={value}"]
+        self._command = self._owner_prefix(owner) + self._command
+        self._launch()
         self._url = f"postgresql://{self.user}@127.0.0.1:{self.port}/postgres"
-        self._wait_ready()
         return self._url
+
+    def _launch(self) -> None:
+        assert self.directory is not None
+        with open(self.directory / "postgres.log", "ab") as log:
+            self._process = subprocess.Popen(
+                self._command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        self._wait_ready()
+
+    def restart(self, down_seconds: float = 0.0) -> None:
+        """Fast shutdown (every session dropped), optionally stay down a while, start again on the same port."""
+        if self._process is None or self.directory is None:
+            raise DatabaseUnavailable("only a started system-binaries cluster can be restarted")
+        self._shutdown()
+        time.sleep(down_seconds)
+        self._launch()
 
     def _wait_ready(self, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout
@@ -152,17 +166,22 @@ class TemporaryPostgres:
             self._embedded.cleanup()  # type: ignore[attr-defined]
             self._embedded = None
         if self._process is not None:
-            self._process.terminate()  # SIGTERM: smart shutdown; fast is SIGINT
-            try:
-                self._process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait(timeout=10)
-            self._process = None
+            self._shutdown()
         if self.directory is not None:
             shutil.rmtree(self.directory, ignore_errors=True)
             self.directory = None
         self._url = None
+
+    def _shutdown(self) -> None:
+        """Fast shutdown (SIGINT): roll back and drop every session, like ``pg_ctl stop -m fast``."""
+        assert self._process is not None
+        self._process.send_signal(signal.SIGINT)
+        try:
+            self._process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait(timeout=10)
+        self._process = None
 
     def _owner_prefix(self, owner: pwd.struct_passwd | None) -> list[str]:
         if owner is None:
