@@ -225,6 +225,17 @@ def _key_command(action: str) -> Callable[[argparse.Namespace, Settings], int]:
     return command
 
 
+def cmd_resolve(args: argparse.Namespace, settings: Settings) -> int:
+    status = "sent" if args.sent else "failed"
+
+    async def go(store: Store) -> int:
+        await store.resolve(args.key, status)
+        print(f"resolved {args.key} as {status}")
+        return EXIT_OK
+
+    return anyio.run(with_store, settings, go)
+
+
 def cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
     async def go(store: Store) -> int:
         stats = await store.stats()
@@ -323,6 +334,13 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=text)
         p.add_argument("key", metavar="KEY")
         p.set_defaults(func=_key_command(name))
+
+    p = sub.add_parser("resolve", help="settle an in_doubt email after checking what the recipient got")
+    p.add_argument("key", metavar="KEY")
+    outcome = p.add_mutually_exclusive_group(required=True)
+    outcome.add_argument("--sent", action="store_true", help="it was delivered: mark it sent")
+    outcome.add_argument("--failed", action="store_true", help="it was not delivered and must not be: mark it failed")
+    p.set_defaults(func=cmd_resolve)
 
     p = sub.add_parser("stats", help="counts per status, due now, age of the oldest due row")
     p.add_argument("--json", action="store_true")

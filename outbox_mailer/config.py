@@ -93,6 +93,8 @@ class Settings(BaseSettings):
     in_doubt: Literal["resend", "hold"] = "resend"  # ambiguous outcome: resend or hold for an operator
     rescue_after_seconds: float | None = Field(default=None, gt=0)  # None: smtp.send_timeout_seconds + 15
     rescue_interval_seconds: float = Field(default=15.0, gt=0)  # how often dead claims are looked for
+    pause_base_seconds: float = Field(default=1.0, gt=0)  # first pause of an unreachable transport
+    pause_max_seconds: float = Field(default=30.0, gt=0)  # longest pause; doubles up to this while unreachable
     max_message_bytes: int = Field(default=10 * 1024 * 1024, ge=1024)  # composed size limit
     message_id_secret: SecretStr | None = None  # HMAC key for Message-IDs; keep it stable
     worker_name: str | None = None  # recorded with each attempt; None: host:pid

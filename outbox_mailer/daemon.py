@@ -7,15 +7,20 @@ Tasks inside one anyio task group::
         └──────────────── slot freed ◀─────── locks released ◀────────────┘
     rescuer: every rescue_interval_seconds, settles claims of dead processes
 
+A transport whose server cannot be reached is paused by its circuit breaker:
+its rows are not claimed until the pause ends, and the attempts that failed
+to reach it are refunded and rescheduled for after the pause.
+
 Stopping (SIGTERM/SIGINT or :meth:`Daemon.stop`): the claim loop stops, in-flight
 sends get ``shutdown_grace_seconds`` to finish, their outcomes are written
 shielded from cancellation, and closing the claim session releases every lock.
-A send cut off by the grace period leaves its row in ``sending``; the rescuer
-of a live daemon settles it once its claim is older than the rescue delay.
+A send cut off by the grace period leaves its row in ``sending``; a rescuer
+settles it once its claim is older than the rescue delay.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import os
@@ -27,21 +32,23 @@ from datetime import UTC, datetime
 
 import anyio
 from anyio.abc import TaskGroup
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
+from .breaker import Breaker
 from .compose import compose
 from .config import Settings
 from .decide import RetryPolicy, decide
-from .delivery import Delivery, Outcome, Status, Transport
+from .delivery import Delivery, Outcome, OutcomeKind, Status, Transport
 from .errors import CompositionError, DatabaseError, DatabaseUnavailable, SchemaMismatch
 from .migrations import expected_schema_version
-from .store import AttemptRecord, ClaimSession, Listener, OutcomeWrite, Store
+from .sessions import RECONNECT_MAX_SECONDS, DaemonSessions
+from .store import AttemptRecord, ClaimSession, OutcomeWrite, Store
 
 log = logging.getLogger("outbox_mailer")
 
 DEFAULT_MESSAGE_ID_SECRET = b"outbox-mailer message-id v1"
 RECORD_BATCH = 500
-RECONNECT_MAX_SECONDS = 5.0
+RESCUE_BATCH = 100
+DUE_BUT_UNCLAIMABLE_RECHECK_SECONDS = 0.1
 
 
 def utc_now() -> datetime:
@@ -50,6 +57,11 @@ def utc_now() -> datetime:
 
 def default_worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def is_unreachable(outcome: Outcome) -> bool:
+    """The attempt never reached a server that could judge the message."""
+    return outcome.kind is OutcomeKind.TRANSIENT and not outcome.charge_attempt
 
 
 class Daemon:
@@ -77,16 +89,16 @@ class Daemon:
         secret = settings.message_id_secret
         self.message_id_secret = secret.get_secret_value().encode() if secret else DEFAULT_MESSAGE_ID_SECRET
         self.counts = {"sent": 0, "failed": 0, "retried": 0, "in_doubt": 0, "claim_lost": 0}
+        self.breakers = {name: Breaker(settings.pause_base_seconds, settings.pause_max_seconds)
+                         for name in self.transports}
         self._url = settings.require_database_url()
         self._stopping = anyio.Event()
         self._wake = anyio.Event()
-        self._in_flight = 0
+        self._held: dict[int, str] = {}  # in-flight row id -> dedupe key (their advisory locks are ours)
         self._slot_freed = anyio.Event()
-        self._session: ClaimSession | None = None
-        self._session_lock = anyio.Lock()
-        self._listener: Listener | None = None
-        self._outcomes_in: MemoryObjectSendStream[OutcomeWrite]
-        self._outcomes_out: MemoryObjectReceiveStream[OutcomeWrite]
+        self._db = DaemonSessions(self._url, on_notify=self._wake_up, held_keys=lambda: list(self._held.values()),
+                                  stopping=self._stopping)
+        self._outcomes_in, self._outcomes_out = anyio.create_memory_object_stream[OutcomeWrite](math.inf)
 
     # ---- lifecycle -------------------------------------------------------------
 
@@ -97,14 +109,17 @@ class Daemon:
 
     @property
     def in_flight(self) -> int:
-        return self._in_flight
+        return len(self._held)
+
+    @property
+    def reconnects(self) -> int:
+        return self._db.reconnects
 
     async def run(self, *, handle_signals: bool = False) -> None:
         await self._check_schema()
-        self._outcomes_in, self._outcomes_out = anyio.create_memory_object_stream[OutcomeWrite](math.inf)
         try:
-            await self._session_get()
-            await self._listen()
+            await self._db.claim_session()
+            await self._db.ensure_listening()
             log.info("started worker=%s concurrency=%d batch=%d", self.worker, self.settings.concurrency,
                      self.settings.batch_size)
             async with anyio.create_task_group() as outer:
@@ -119,7 +134,7 @@ class Daemon:
                     await self._outcomes_in.aclose()
                 outer.cancel_scope.cancel()
         finally:
-            await self._close_connections()
+            await self._db.close()
             log.info("stopped worker=%s %s", self.worker, " ".join(f"{k}={v}" for k, v in self.counts.items()))
 
     async def _check_schema(self) -> None:
@@ -142,91 +157,74 @@ class Daemon:
                 self.stop()
 
     async def _drain(self, sends: TaskGroup) -> None:
-        if self._in_flight:
-            log.info("waiting up to %gs for %d in-flight sends", self.settings.shutdown_grace_seconds, self._in_flight)
+        if self._held:
+            log.info("waiting up to %gs for %d in-flight sends", self.settings.shutdown_grace_seconds, len(self._held))
         with anyio.move_on_after(self.settings.shutdown_grace_seconds):
-            while self._in_flight:
+            while self._held:
                 await self._wait_slot()
-        if self._in_flight:
-            log.warning("grace period over: abandoning %d sends to the rescuer", self._in_flight)
+        if self._held:
+            log.warning("grace period over: abandoning %d sends to the rescuer", len(self._held))
         sends.cancel_scope.cancel()
-
-    async def _close_connections(self) -> None:
-        with anyio.CancelScope(shield=True):
-            for conn in (self._listener, self._session):
-                if conn is not None:
-                    await conn.close()  # closing the claim session releases every advisory lock
-            self._listener = self._session = None
-
-    # ---- database connections ------------------------------------------------
-
-    async def _session_get(self) -> ClaimSession:
-        """The claim session, reopened with backoff when the connection was lost."""
-        async with self._session_lock:
-            delay = 0.1
-            while self._session is None or self._session.is_closed():
-                try:
-                    self._session = await ClaimSession.open(self._url)
-                except DatabaseError as exc:
-                    log.warning("database unavailable (%s); retrying in %.1fs", exc, delay)
-                    await anyio.sleep(delay)
-                    delay = min(delay * 2, RECONNECT_MAX_SECONDS)
-            return self._session
-
-    async def _listen(self) -> None:
-        if self._listener is not None and not self._listener.is_closed():
-            return
-        try:
-            self._listener = await Listener.open(self._url, self._wake_up)
-        except DatabaseError as exc:
-            log.warning("LISTEN failed (%s); polling every %gs", exc, self.settings.poll_interval_seconds)
 
     def _wake_up(self) -> None:
         self._wake.set()
 
-    async def _session_failed(self, exc: Exception) -> None:
-        log.warning("database error: %s", exc)
-        if self._session is not None:
-            await self._session.close()
-        await anyio.sleep(0.2)
-
     # ---- claiming --------------------------------------------------------------
+
+    def _paused(self) -> list[str]:
+        now = anyio.current_time()
+        return [name for name, b in self.breakers.items() if b.is_paused(now)]
 
     async def _claim_loop(self, sends: TaskGroup) -> None:
         while not self._stopping.is_set():
-            free = self.settings.concurrency - self._in_flight
+            free = self.settings.concurrency - len(self._held)
             if free <= 0:
                 await self._wait_slot()
                 continue
             self._wake = anyio.Event()  # before claiming, so a NOTIFY during the claim is not lost
             want = min(self.settings.batch_size, free)
             try:
-                session = await self._session_get()
-                batch = await session.claim_due(want, self.worker)
-                await self._listen()
+                session = await self._db.claim_session()
+                batch = await session.claim_due(want, self.worker, paused=self._paused(),
+                                                default_transport=self.default_transport)
+                await self._db.ensure_listening()
             except DatabaseError as exc:
-                await self._session_failed(exc)
+                if not self._stopping.is_set():
+                    await self._db.failed(exc)
                 continue
             for delivery in batch:
-                self._in_flight += 1
+                self._held[delivery.id] = delivery.dedupe_key
                 sends.start_soon(self._send_one, delivery)
             if len(batch) < want:
                 await self._idle(session)
 
     async def _idle(self, session: ClaimSession) -> None:
+        """Wait for a NOTIFY, the next scheduled_at, the end of a transport pause, or the poll interval."""
         timeout = self.settings.poll_interval_seconds
         try:
             next_due = await session.next_due_at()
         except DatabaseError:
             next_due = None
         if next_due is not None:
-            timeout = min(timeout, max(0.0, (next_due - self.clock()).total_seconds()))
+            until_due = (next_due - self.clock()).total_seconds()
+            now = anyio.current_time()
+            pauses = [b.remaining(now) for b in self.breakers.values() if b.is_paused(now)]
+            if until_due > 0:
+                timeout = min(timeout, until_due)
+            elif pauses:
+                timeout = min(timeout, min(pauses))  # due rows wait for their transport
+            else:
+                timeout = min(timeout, DUE_BUT_UNCLAIMABLE_RECHECK_SECONDS)  # their keys are locked elsewhere
         with anyio.move_on_after(timeout):
             await self._wake.wait()
 
     async def _wait_slot(self) -> None:
         self._slot_freed = anyio.Event()
         await self._slot_freed.wait()
+
+    def _release_slot(self, delivery: Delivery) -> None:
+        self._held.pop(delivery.id, None)
+        self._slot_freed.set()
 
     # ---- sending ---------------------------------------------------------------
 
@@ -239,12 +237,12 @@ class Daemon:
             # cut off by the grace period: the row stays 'sending' for the rescuer
             log.warning("abandoned key=%s attempt=%d: cancelled during the send", delivery.dedupe_key,
                         delivery.attempts)
-            self._in_flight -= 1
-            self._slot_freed.set()
+            self._release_slot(delivery)
             raise
         except Exception as exc:  # a poison row must not stop the daemon
             log.exception("unexpected error sending key=%s", delivery.dedupe_key)
             outcome = Outcome.permanent(f"internal error: {type(exc).__name__}: {exc}")
+        outcome = self._through_breaker(transport_name, outcome)
         finished = self.clock()
         transition = decide(delivery, outcome, finished, self.policy, self.rng.random())
         attempt = AttemptRecord(
@@ -254,7 +252,7 @@ class Daemon:
             outcome=outcome.kind,
             reply_code=outcome.reply_code,
             enhanced_code=outcome.enhanced_code,
-            error=outcome.error if outcome.kind != "sent" else transition.last_error,
+            error=outcome.error if outcome.kind is not OutcomeKind.SENT else transition.last_error,
             transport=transport_name,
             worker=self.worker,
         )
@@ -270,6 +268,10 @@ class Daemon:
             known = ", ".join(sorted(self.transports)) or "none"
             return Outcome.permanent(f"transport: unknown transport {transport_name!r} (configured: {known})",
                                      charge_attempt=False)
+        breaker = self.breakers[transport_name]
+        if breaker.is_paused(anyio.current_time()):
+            return Outcome.transient(f"transport {transport_name!r} is paused: its server could not be reached",
+                                     charge_attempt=False)
         try:
             message = compose(
                 delivery,
@@ -281,6 +283,24 @@ class Daemon:
         except CompositionError as exc:
             return Outcome.permanent(f"cannot compose: {exc}", charge_attempt=False)
         return await transport.send(message, delivery)
+
+    def _through_breaker(self, transport_name: str, outcome: Outcome) -> Outcome:
+        """Feed the transport's breaker; an unreachable outcome is retried after the pause."""
+        breaker = self.breakers.get(transport_name)
+        if breaker is None:
+            return outcome
+        now = anyio.current_time()
+        if is_unreachable(outcome):
+            was_paused = breaker.is_paused(now)
+            pause = breaker.unreachable(now)
+            if not was_paused:
+                log.warning("transport %s unreachable (%s): paused for %.1fs, attempts not charged",
+                            transport_name, outcome.error, pause)
+            return dataclasses.replace(outcome, retry_after_seconds=max(pause, outcome.retry_after_seconds or 0))
+        if outcome.charge_attempt and breaker.failures:
+            log.info("transport %s reachable again after %d failed tries", transport_name, breaker.failures)
+            breaker.reached()
+        return outcome
 
     # ---- recording -------------------------------------------------------------
 
@@ -294,38 +314,37 @@ class Daemon:
                     break
             with anyio.CancelScope(shield=True):
                 await self._record(batch)
+            for write in batch:
+                self._release_slot(write.delivery)
 
-    async def _record(self, batch: list[OutcomeWrite], *, from_sends: bool = True) -> None:
+    async def _record(self, batch: list[OutcomeWrite]) -> None:
         """Write outcomes, then release their locks. Retries while the database is away.
 
-        Gives up (leaving the rows in ``sending`` for the rescuer, locks released
-        with the closed session) only on a non-connection error that repeats, or
-        when stopping and the database stays away.
+        Outcomes wait in memory meanwhile (at most ``concurrency`` of them). Gives
+        up, leaving the rows in ``sending`` for the rescuer, only on an error that
+        is not a lost connection and repeats, or when stopping and the database
+        stays away.
         """
         delay, tries, updated = 0.1, 0, None
         while updated is None:
             tries += 1
             try:
-                session = await self._session_get()
-                updated = await session.record_outcomes(batch)
-                await session.release_locks([w.delivery.dedupe_key for w in batch])
+                session = await self._db.claim_session()
+                updated = await session.record_outcomes(batch)  # and releases their locks
             except DatabaseError as exc:
                 unavailable = isinstance(exc, DatabaseUnavailable)
                 if (not unavailable and tries >= 3) or (self._stopping.is_set() and tries >= 10):
                     log.error("could not record %d outcomes (%s); their rows stay 'sending' for the rescuer",
                               len(batch), exc)
-                    await self._session_failed(exc)
+                    await self._db.failed(exc)
                     break
-                await self._session_failed(exc)
+                await self._db.failed(exc)
                 await anyio.sleep(delay)
                 delay = min(delay * 2, RECONNECT_MAX_SECONDS)
         for write in batch:
             self._log_transition(write, updated is not None and write.delivery.id in updated)
         if any(w.transition.status is Status.PENDING for w in batch):
             self._wake.set()  # a retry may be due before the claim loop's current wait ends
-        if from_sends:
-            self._in_flight -= len(batch)
-            self._slot_freed.set()
 
     def _log_transition(self, write: OutcomeWrite, applied: bool) -> None:
         d, t, a = write.delivery, write.transition, write.attempt
@@ -356,8 +375,9 @@ class Daemon:
 
     async def rescue_once(self) -> int:
         """Settle claims of dead processes by the ambiguous-outcome policy; returns how many."""
-        session = await self._session_get()
-        dead = await session.find_dead_claims(self.settings.effective_rescue_after_seconds, 100)
+        session = await self._db.claim_session()
+        dead = await session.find_dead_claims(self.settings.effective_rescue_after_seconds, RESCUE_BATCH,
+                                              own=list(self._held))
         writes = []
         now = self.clock()
         for delivery, claimed_at, claimed_by in dead:
@@ -371,7 +391,7 @@ class Daemon:
                                     f"rescuer {self.worker}")
             writes.append(OutcomeWrite(delivery, transition, attempt))
         if writes:
+            log.warning("rescuing %d claims of stopped processes (policy %s)", len(writes), self.settings.in_doubt)
             with anyio.CancelScope(shield=True):
-                await self._record(writes, from_sends=False)
+                await self._record(writes)
         return len(writes)
-

@@ -9,11 +9,12 @@
 -- make one wait for the other, never let two daemons hold one key.
 
 -- name: claim_due
--- Claim up to $1 due rows for worker $3 with claim token $2, taking the per-key advisory lock of each.
+-- Claim up to $1 due rows for worker $3 with claim token $2, taking the per-key advisory lock of each; rows whose transport (null = $5) is in $4 (paused) are left alone.
 WITH candidates AS (
     SELECT id, dedupe_key
     FROM email_deliveries
     WHERE status = 'pending' AND scheduled_at <= now()
+      AND coalesce(transport, $5::text) <> ALL ($4::text[])
     ORDER BY priority DESC, scheduled_at, id
     LIMIT $1
     FOR UPDATE SKIP LOCKED
@@ -35,6 +36,12 @@ RETURNING d.id, d.dedupe_key, d.claim_token, d.attempts, d.max_attempts, d.from_
 -- Release this session's advisory locks of the given dedupe keys (after their outcome committed).
 SELECT count(*) FILTER (WHERE pg_advisory_unlock(hashtextextended('outbox-mailer:' || k, 0)))
 FROM unnest($1::text[]) AS k;
+
+-- name: relock
+-- After a reconnect, take the advisory locks of in-flight keys again; returns the keys another session holds.
+SELECT k AS dedupe_key
+FROM unnest($1::text[]) AS k
+WHERE NOT pg_try_advisory_lock(hashtextextended('outbox-mailer:' || k, 0));
 
 -- name: record_outcomes
 -- Apply decided transitions, fenced on (id, status = 'sending', claim_token); write every attempt. Returns the ids updated.
@@ -72,11 +79,12 @@ SELECT id FROM updated;
 SELECT min(scheduled_at) AS next_due_at FROM email_deliveries WHERE status = 'pending';
 
 -- name: find_dead_claims
--- Rows left in 'sending' longer than $1 seconds whose advisory lock nobody holds; locks each for this session.
+-- Rows left in 'sending' longer than $1 seconds whose advisory lock nobody holds, except this session's own rows $3 (session locks are re-entrant); locks each for this session.
 WITH stale AS (
     SELECT id, dedupe_key
     FROM email_deliveries
     WHERE status = 'sending' AND claimed_at < now() - make_interval(secs => $1)
+      AND id <> ALL ($3::bigint[])
     ORDER BY claimed_at
     LIMIT $2
     FOR UPDATE SKIP LOCKED
@@ -120,6 +128,16 @@ UPDATE email_deliveries
 SET status = 'pending', scheduled_at = now(), max_attempts = attempts + $2, last_error = NULL,
     updated_at = now()
 WHERE dedupe_key = $1 AND status IN ('failed', 'cancelled', 'in_doubt')
+RETURNING id;
+
+-- name: resolve
+-- An operator settles an in_doubt row as sent ($2 = 'sent') or failed ($2 = 'failed').
+UPDATE email_deliveries
+SET status = $2::text,
+    sent_at = CASE WHEN $2::text = 'sent' THEN now() END,
+    last_error = 'resolved as ' || $2::text || ' by an operator; was: ' || coalesce(last_error, 'in doubt'),
+    updated_at = now()
+WHERE dedupe_key = $1 AND status = 'in_doubt'
 RETURNING id;
 
 -- name: cancel

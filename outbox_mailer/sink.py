@@ -80,11 +80,11 @@ def _parse_path(arg: str, keyword: str) -> tuple[str, list[str]] | None:
 
 class SmtpSink:
     def __init__(self, *, rules: Rules | None = None,
-                 max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> None:
+                 max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE, port: int = 0) -> None:
         self.rules = rules
         self.max_message_size = max_message_size
         self.host = "127.0.0.1"
-        self.port = 0
+        self.port = port  # 0: a free port, read back after start()
         self.messages: list[ReceivedMessage] = []
         self._server: asyncio.Server | None = None
         self._sessions: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
@@ -92,7 +92,8 @@ class SmtpSink:
 
     async def start(self) -> None:
         self._closing = False
-        self._server = await asyncio.start_server(self._handle, self.host, 0, limit=MAX_LINE + 2)
+        self._server = await asyncio.start_server(self._handle, self.host, self.port, limit=MAX_LINE + 2,
+                                                  reuse_address=True)
         self.port = self._server.sockets[0].getsockname()[1]
 
     async def stop(self) -> None:

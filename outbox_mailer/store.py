@@ -131,15 +131,29 @@ class ClaimSession:
     def is_closed(self) -> bool:
         return self._conn.is_closed()
 
-    async def claim_due(self, limit: int, worker: str) -> list[Delivery]:
+    async def claim_due(
+        self, limit: int, worker: str, *, paused: Sequence[str] = (), default_transport: str = "smtp"
+    ) -> list[Delivery]:
         token = uuid.uuid4()
         async with self._lock:
             with translate_errors():
-                rows = await self._conn.fetch(sql("claim_due"), limit, token, worker)
+                rows = await self._conn.fetch(sql("claim_due"), limit, token, worker, list(paused), default_transport)
         return [_delivery(r) for r in rows]
 
-    async def record_outcomes(self, writes: Sequence[OutcomeWrite]) -> set[int]:
-        """Apply transitions fenced on the claim; returns the ids whose claim was still ours."""
+    async def relock(self, keys: Sequence[str]) -> list[str]:
+        """Take these keys' advisory locks again (after a reconnect); returns the keys someone else holds."""
+        if not keys:
+            return []
+        async with self._lock:
+            with translate_errors():
+                return [r["dedupe_key"] for r in await self._conn.fetch(sql("relock"), list(keys))]
+
+    async def record_outcomes(self, writes: Sequence[OutcomeWrite], *, release: bool = True) -> set[int]:
+        """Apply transitions fenced on the claim, then (``release``) unlock their keys.
+
+        Both statements run back to back on this session with nothing between
+        them. Returns the ids whose claim was still ours.
+        """
         if not writes:
             return set()
         t = [w.transition for w in writes]
@@ -168,6 +182,8 @@ class ClaimSession:
         async with self._lock:
             with translate_errors():
                 rows = await self._conn.fetch(sql("record_outcomes"), *args)
+                if release:
+                    await self._conn.fetchval(sql("release_locks"), [w.delivery.dedupe_key for w in writes])
         return {r["id"] for r in rows}
 
     async def release_locks(self, keys: Sequence[str]) -> int:
@@ -182,11 +198,17 @@ class ClaimSession:
             with translate_errors():
                 return await self._conn.fetchval(sql("next_due_at"))
 
-    async def find_dead_claims(self, older_than_seconds: float, limit: int) -> list[tuple[Delivery, datetime, str]]:
-        """Claims whose holder is gone: (delivery, claimed_at, claimed_by), each now locked by this session."""
+    async def find_dead_claims(
+        self, older_than_seconds: float, limit: int, *, own: Sequence[int] = ()
+    ) -> list[tuple[Delivery, datetime, str]]:
+        """Claims whose holder is gone: (delivery, claimed_at, claimed_by), each now locked by this session.
+
+        ``own``: ids this session claimed itself (a session's advisory locks are
+        re-entrant, so they would look free to it).
+        """
         async with self._lock:
             with translate_errors():
-                rows = await self._conn.fetch(sql("find_dead_claims"), older_than_seconds, limit)
+                rows = await self._conn.fetch(sql("find_dead_claims"), older_than_seconds, limit, list(own))
         return [(_delivery(r), r["claimed_at"], r["claimed_by"]) for r in rows]
 
 
@@ -290,6 +312,12 @@ class Store:
 
     async def cancel(self, key: str) -> None:
         await self._transition(key, "cancel", (key,))
+
+    async def resolve(self, key: str, status: str) -> None:
+        """Settle an in_doubt row as 'sent' or 'failed'."""
+        if status not in ("sent", "failed"):
+            raise ValueError("resolve to 'sent' or 'failed'")
+        await self._transition(key, "resolve", (key, status))
 
     async def _transition(self, key: str, name: str, args: tuple[Any, ...]) -> None:
         async with self._conn() as conn:

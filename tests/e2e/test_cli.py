@@ -158,3 +158,17 @@ def test_demo_runs_from_the_install(installed: Installed) -> None:
     assert out.returncode == 0, out.stdout + out.stderr
     assert "demo finished: every committed email reached a final state" in out.stdout
     assert "bounce-permanent   failed" in out.stdout
+
+
+def test_resolve_settles_only_in_doubt_rows(installed: Installed, env: dict[str, str], db_url: str) -> None:
+    installed.cli("enqueue", "--key", "unsure", "--to", "a@example.com", "--subject", "s", "--text", "b", env=env)
+    not_yet = installed.cli("resolve", "unsure", "--sent", env=env)
+    assert not_yet.returncode == 1 and "is pending" in not_yet.stderr
+    psql(db_url, "UPDATE email_deliveries SET status = 'in_doubt', last_error = 'outcome unknown' "
+                 "WHERE dedupe_key = 'unsure';")
+    done = installed.cli("resolve", "unsure", "--sent", env=env)
+    assert done.returncode == 0, done.stderr
+    row = status_json(installed, env, "unsure")["unsure"]
+    assert row["status"] == "sent" and row["sent_at"] and "resolved as sent" in row["last_error"]
+    usage = installed.cli("resolve", "unsure", env=env)
+    assert usage.returncode == 2

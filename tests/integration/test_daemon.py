@@ -4,94 +4,16 @@ from __future__ import annotations
 
 import email
 import email.policy
-from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import anyio
 import pytest
 
-from outbox_mailer.config import Settings
-from outbox_mailer.daemon import Daemon
 from outbox_mailer.store import Store
-from outbox_mailer.transports.smtp import SmtpTransport
+from tests.integration.conftest import insert
 from tests.smtp_server import SmtpTestServer
-from tests.smtp_server import smtp_server  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.anyio
-
-
-def settings_for(db_url: str, server: SmtpTestServer, **overrides: Any) -> Settings:
-    values: dict[str, Any] = {
-        "database_url": db_url,
-        "default_from": "App <app@example.com>",
-        "smtp": {"host": server.host, "port": server.port, "tls": "none", "connect_timeout_seconds": 2,
-                 "command_timeout_seconds": 2, "data_timeout_seconds": 2},
-        "retry": {"base_seconds": 0.05, "max_seconds": 0.2},
-        "poll_interval_seconds": 0.5,
-        "shutdown_grace_seconds": 5,
-    }
-    values.update(overrides)
-    return Settings(**values)
-
-
-async def insert(store: Store, key: str, **cols: Any) -> None:
-    row = {"to_addresses": ["to@example.com"], "subject": "hello", "text_body": "body", **cols, "dedupe_key": key}
-    assert await store.enqueue(row) is not None
-
-
-class Running:
-    def __init__(self, daemon: Daemon, store: Store) -> None:
-        self.daemon, self.store = daemon, store
-
-    async def wait_for(self, predicate: Callable[[dict[str, dict[str, Any]]], bool], keys: list[str],
-                       timeout: float = 10) -> dict[str, dict[str, Any]]:
-        with anyio.fail_after(timeout):
-            while True:
-                rows = {r["dedupe_key"]: r for r in await self.store.status(keys)}
-                if predicate(rows):
-                    return rows
-                await anyio.sleep(0.05)
-
-    async def final(self, *keys: str, timeout: float = 10) -> dict[str, dict[str, Any]]:
-        return await self.wait_for(
-            lambda rows: len(rows) == len(keys) and all(r["status"] not in ("pending", "sending")
-                                                        for r in rows.values()),
-            list(keys), timeout)
-
-
-@pytest.fixture
-async def store(db_url: str) -> AsyncIterator[Store]:
-    s = await Store.open(db_url)
-    yield s
-    await s.close()
-
-
-@pytest.fixture
-def start(db_url: str, store: Store, smtp_server: SmtpTestServer):  # noqa: F811
-    """start(**settings) runs a daemon for the test's duration; it is stopped and awaited at the end."""
-
-    async def factory(**overrides: Any) -> Running:
-        settings = settings_for(db_url, smtp_server, **overrides)
-        transport = SmtpTransport(settings.smtp)
-        daemon = Daemon(settings, {"smtp": transport})
-        tg = anyio.create_task_group()
-        await tg.__aenter__()
-        tg.start_soon(daemon.run)
-        stack.append((daemon, tg, transport))
-        return Running(daemon, store)
-
-    stack: list[Any] = []
-    return factory, stack
-
-
-@pytest.fixture
-async def running(start: Any) -> AsyncIterator[Callable[..., Any]]:
-    factory, stack = start
-    yield factory
-    for daemon, tg, transport in reversed(stack):
-        daemon.stop()
-        await tg.__aexit__(None, None, None)
-        await transport.aclose()
 
 
 async def test_committed_rows_are_delivered_once_with_their_message_id(

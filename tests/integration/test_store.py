@@ -52,7 +52,6 @@ async def test_four_claimers_never_claim_a_row_twice(db_url: str, store: Store) 
                     return
                 claimed[i].extend(d.id for d in batch)
                 await session.record_outcomes([write_for(d, Status.SENT) for d in batch])
-                await session.release_locks([d.dedupe_key for d in batch])
         finally:
             await session.close()
 
@@ -102,7 +101,7 @@ async def test_a_key_locked_by_another_session_is_skipped(db_url: str, store: St
     try:
         first = await holder.claim_due(1, "holder")
         # put the claimed row back to pending while the holder keeps its advisory lock
-        await holder.record_outcomes([write_for(first[0], Status.PENDING)])
+        await holder.record_outcomes([write_for(first[0], Status.PENDING)], release=False)
         second = await other.claim_due(10, "other")
         assert [d.dedupe_key for d in second] == ["k2"], "the key still locked by the holder must be skipped"
         await holder.release_locks([first[0].dedupe_key])
@@ -226,3 +225,39 @@ async def test_edited_applied_migration_is_refused(empty_db_url: str) -> None:
             await s.migrate(tampered)
     finally:
         await s.close()
+
+
+async def test_a_session_does_not_find_its_own_claims_dead(db_url: str, store: Store) -> None:
+    await insert_rows(store, 1)
+    session = await ClaimSession.open(db_url)
+    try:
+        [delivery] = await session.claim_due(1, "w")
+        await store.execute("UPDATE email_deliveries SET claimed_at = now() - interval '1 hour'")
+        assert await session.find_dead_claims(60, 10, own=[delivery.id]) == []
+    finally:
+        await session.close()
+
+
+async def test_relock_retakes_free_keys_and_reports_taken_ones(db_url: str, store: Store) -> None:
+    other = await ClaimSession.open(db_url)
+    mine = await ClaimSession.open(db_url)
+    try:
+        await insert_rows(store, 1)
+        [delivery] = await other.claim_due(1, "other")
+        assert await mine.relock(["free-key", delivery.dedupe_key]) == [delivery.dedupe_key]
+        # 'free-key' is now held by `mine`: nobody else can take it
+        assert await other.relock(["free-key"]) == ["free-key"]
+    finally:
+        await other.close()
+        await mine.close()
+
+
+async def test_rows_of_a_paused_transport_are_not_claimed(db_url: str, store: Store) -> None:
+    await insert_rows(store, 2)
+    await store.execute("UPDATE email_deliveries SET transport = 'api' WHERE dedupe_key = 'k2'")
+    session = await ClaimSession.open(db_url)
+    try:
+        assert [d.dedupe_key for d in await session.claim_due(10, "w", paused=["smtp"])] == ["k2"]
+        assert [d.dedupe_key for d in await session.claim_due(10, "w", paused=[])] == ["k1"]
+    finally:
+        await session.close()

@@ -1,0 +1,98 @@
+"""The daemon's database sessions, kept alive across outages.
+
+* the claim session (claims, outcomes, advisory locks), reopened with backoff
+  when the connection is lost; after a reopen, the advisory locks of the rows
+  still in flight are taken again, so a restarted PostgreSQL does not leave
+  them unguarded (a key someone else took meanwhile is logged; its outcome
+  write will then find the claim gone, which is logged and counted too);
+* the LISTEN session, reopened on the next claim after it was lost (the
+  poll interval covers the gap).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+
+import anyio
+
+from .errors import DatabaseError, DatabaseUnavailable
+from .store import ClaimSession, Listener
+
+log = logging.getLogger("outbox_mailer")
+
+RECONNECT_FIRST_SECONDS = 0.1
+RECONNECT_MAX_SECONDS = 2.0  # resume within a few seconds of the database coming back
+
+
+class DaemonSessions:
+    def __init__(
+        self,
+        url: str,
+        *,
+        on_notify: Callable[[], None],
+        held_keys: Callable[[], Sequence[str]],
+        stopping: anyio.Event,
+    ) -> None:
+        self._url = url
+        self._on_notify = on_notify
+        self._held_keys = held_keys
+        self._stopping = stopping
+        self._claim: ClaimSession | None = None
+        self._listener: Listener | None = None
+        self._lock = anyio.Lock()
+        self._opened_before = False
+        self.reconnects = 0
+
+    async def claim_session(self) -> ClaimSession:
+        """The claim session; reconnects with backoff. Raises DatabaseUnavailable once stopping."""
+        async with self._lock:
+            delay = RECONNECT_FIRST_SECONDS
+            while self._claim is None or self._claim.is_closed():
+                try:
+                    session = await ClaimSession.open(self._url)
+                except DatabaseError as exc:
+                    if self._stopping.is_set():
+                        raise DatabaseUnavailable(f"stopping while the database is unavailable: {exc}") from exc
+                    log.warning("database unavailable (%s); retrying in %.1fs", exc, delay)
+                    await anyio.sleep(delay)
+                    delay = min(delay * 2, RECONNECT_MAX_SECONDS)
+                    continue
+                if self._opened_before:
+                    self.reconnects += 1
+                    log.info("database connection re-established")
+                    await self._relock(session)
+                self._claim, self._opened_before = session, True
+            return self._claim
+
+    async def _relock(self, session: ClaimSession) -> None:
+        keys = list(self._held_keys())
+        if not keys:
+            return
+        taken = await session.relock(keys)
+        for key in taken:
+            log.warning("lock lost key=%s: another session holds it since the reconnect", key)
+        log.info("re-took %d of %d in-flight advisory locks", len(keys) - len(taken), len(keys))
+
+    async def failed(self, exc: Exception) -> None:
+        """A statement on the claim session failed: drop it (its locks go with it); the next use reconnects."""
+        log.warning("database error: %s", exc)
+        if self._claim is not None:
+            await self._claim.close()
+        await anyio.sleep(0.2)
+
+    async def ensure_listening(self) -> None:
+        if self._listener is not None and not self._listener.is_closed():
+            return
+        try:
+            self._listener = await Listener.open(self._url, self._on_notify)
+        except DatabaseError as exc:
+            log.warning("LISTEN failed (%s); relying on polling until it works", exc)
+
+    async def close(self) -> None:
+        """Close both sessions; closing the claim session releases every advisory lock it holds."""
+        with anyio.CancelScope(shield=True):
+            for session in (self._listener, self._claim):
+                if session is not None:
+                    await session.close()
+            self._listener = self._claim = None
