@@ -69,6 +69,16 @@ class ParsedAddress:
         """``local@ascii-domain``: the form for the envelope and the headers."""
         return f"{self.local_part}@{self.ascii_domain}"
 
+    @property
+    def display(self) -> str:
+        """``Name <addr>`` (name quoted when it has specials) or the bare address; Unicode kept as is."""
+        if not self.display_name:
+            return self.addr_spec
+        name = self.display_name
+        if any(c in name for c in '()<>[]:;@\\,."'):
+            name = '"' + name.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        return f"{name} <{self.addr_spec}>"
+
 
 def checked_text(value: object, field: str) -> str:
     """``value`` if it is a string without control characters, else a CompositionError naming ``field``."""

@@ -26,6 +26,10 @@ class Breaker:
         self.paused_until = max(self.paused_until, now + pause)
         return self.paused_until - now
 
+    def pause(self, now: float, seconds: float) -> None:
+        """The far side asked for a pause (quota exhausted, credentials refused)."""
+        self.paused_until = max(self.paused_until, now + seconds)
+
     def reached(self) -> None:
         """The server answered (whatever it said): close the breaker."""
         self.failures = 0

@@ -50,7 +50,7 @@ from outbox_mailer.addresses import (
     parse_address,
     parse_address_list,
 )
-from outbox_mailer.delivery import ComposedMessage, Delivery
+from outbox_mailer.delivery import AttachmentFields, ComposedMessage, Delivery, MessageFields
 from outbox_mailer.errors import CompositionError
 
 __all__ = ["compose", "message_id_for"]
@@ -141,11 +141,24 @@ def compose(
             f"composed message is {len(data)} bytes, over the limit of {max_message_bytes}",
         )
     _verify_parses_back(data, [name for name, _ in headers], body)
+    fields = MessageFields(
+        from_address=sender.display,
+        to=tuple(a.display for a in to),
+        cc=tuple(a.display for a in cc),
+        bcc=tuple(a.display for a in bcc),
+        reply_to=None if reply_to is None else reply_to.display,
+        subject=subject,
+        text=text_body,
+        html=html_body,
+        headers=tuple(custom),
+        attachments=tuple(AttachmentFields(a.filename, f"{a.maintype}/{a.subtype}", a.data) for a in attachments),
+    )
     return ComposedMessage(
         sender=sender.addr_spec,
         recipients=_envelope_recipients((*to, *cc, *bcc)),
         message_id=message_id,
         data=data,
+        fields=fields,
     )
 
 

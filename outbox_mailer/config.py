@@ -10,7 +10,7 @@ secrets directory (``OUTBOX_MAILER_SECRETS_DIR`` or systemd's
 from __future__ import annotations
 
 import os
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -36,6 +36,14 @@ class SmtpSettings(BaseModel):
     command_timeout_seconds: float = Field(default=20.0, gt=0)  # each EHLO/MAIL/RCPT/... reply
     data_timeout_seconds: float = Field(default=45.0, gt=0)  # reply after the message body
     send_timeout_seconds: float = Field(default=60.0, gt=0)  # hard cap on one whole send, connecting included
+    idempotency_header: str | None = None  # e.g. Resend-Idempotency-Key: relays that de-duplicate by a header
+    idempotency_window_seconds: float = Field(default=86_400.0, gt=0)  # how long the relay remembers a key
+    rate_per_second: float | None = Field(default=None, gt=0)  # None: no rate limit
+    burst: int = Field(default=1, ge=1)  # sends allowed at once above the rate
+
+    @property
+    def max_parallel(self) -> int:
+        return self.pool_size
 
     @property
     def effective_port(self) -> int:
@@ -45,6 +53,13 @@ class SmtpSettings(BaseModel):
     def _timeouts_fit(self) -> SmtpSettings:
         if self.send_timeout_seconds < self.data_timeout_seconds:
             raise ValueError("smtp.send_timeout_seconds must be at least smtp.data_timeout_seconds")
+        return self
+
+    @model_validator(mode="after")
+    def _header_name(self) -> SmtpSettings:
+        name = self.idempotency_header
+        if name is not None and (not name or any(not (33 <= ord(c) <= 126) or c == ":" for c in name)):
+            raise ValueError(f"smtp.idempotency_header {name!r} is not a valid header name")
         return self
 
     @model_validator(mode="after")
@@ -58,6 +73,63 @@ class SmtpSettings(BaseModel):
                 "OUTBOX_MAILER_SMTP__ALLOW_PLAINTEXT_AUTH=true if you really mean it"
             )
         return self
+
+
+class SmtpTransportSettings(SmtpSettings):
+    """An additional, named SMTP transport (``OUTBOX_MAILER_TRANSPORTS__<NAME>__KIND=smtp``)."""
+
+    kind: Literal["smtp"]
+
+
+API_DEFAULT_BASE_URLS = {
+    "resend": "https://api.resend.com",
+    "postmark": "https://api.postmarkapp.com",
+    "sendgrid": "https://api.sendgrid.com",
+}
+
+
+class ApiTransportSettings(BaseModel):
+    """A provider HTTP API (``resend``, ``postmark``, ``sendgrid``) or an in-house one (``http``)."""
+
+    kind: Literal["resend", "postmark", "sendgrid", "http"]
+    api_key: SecretStr | None = None  # provider key; for kind=http an optional bearer token
+    base_url: str | None = None  # None: the provider's public API
+    url: str | None = None  # kind=http: where to POST each email
+    signing_secret: SecretStr | None = None  # kind=http: HMAC-SHA256 signature of "timestamp.body"
+    timeout_seconds: float = Field(default=30.0, gt=0)  # whole request
+    max_parallel: int = Field(default=4, ge=1, le=256)  # requests in flight
+    rate_per_second: float | None = Field(default=None, gt=0)  # None: Resend 2/s, others unlimited
+    burst: int = Field(default=1, ge=1)
+
+    @property
+    def send_timeout_seconds(self) -> float:
+        return self.timeout_seconds
+
+    @property
+    def effective_base_url(self) -> str:
+        if self.kind == "http":
+            return self.url or ""
+        return (self.base_url or API_DEFAULT_BASE_URLS[self.kind]).rstrip("/")
+
+    @property
+    def effective_rate_per_second(self) -> float | None:
+        if self.rate_per_second is None and self.kind == "resend":
+            return 2.0  # Resend's default team limit
+        return self.rate_per_second
+
+    @model_validator(mode="after")
+    def _required_per_kind(self) -> ApiTransportSettings:
+        if self.kind == "http":
+            if not self.url or not self.url.startswith(("http://", "https://")):
+                raise ValueError("a transport of kind 'http' needs url=http(s)://...")
+        elif self.api_key is None:
+            raise ValueError(f"a transport of kind {self.kind!r} needs api_key")
+        if self.signing_secret is not None and self.kind != "http":
+            raise ValueError("signing_secret applies to kind 'http' only")
+        return self
+
+
+TransportSettings = Annotated[SmtpTransportSettings | ApiTransportSettings, Field(discriminator="kind")]
 
 
 class RetrySettings(BaseModel):
@@ -83,7 +155,9 @@ class Settings(BaseSettings):
 
     database_url: SecretStr | None = None  # postgresql://user:pass@host/db (session-capable)
     default_from: str | None = None  # sender when a row's from_address is null
-    smtp: SmtpSettings = SmtpSettings()
+    smtp: SmtpSettings = SmtpSettings()  # the transport named "smtp"
+    transports: dict[str, TransportSettings] = {}  # more named transports: TRANSPORTS__<NAME>__KIND=...
+    default_transport: str = "smtp"  # for rows whose transport is null
     retry: RetrySettings = RetrySettings()
     max_attempts: int = Field(default=8, ge=1, le=1000)  # when a row's max_attempts is null
     concurrency: int = Field(default=8, ge=1, le=10_000)  # sends in flight per daemon
@@ -99,18 +173,36 @@ class Settings(BaseSettings):
     message_id_secret: SecretStr | None = None  # HMAC key for Message-IDs; keep it stable
     worker_name: str | None = None  # recorded with each attempt; None: host:pid
 
+    def all_transports(self) -> dict[str, SmtpSettings | ApiTransportSettings]:
+        return {"smtp": self.smtp, **self.transports}
+
+    @property
+    def max_send_timeout_seconds(self) -> float:
+        return max(t.send_timeout_seconds for t in self.all_transports().values())
+
     @property
     def effective_rescue_after_seconds(self) -> float:
         if self.rescue_after_seconds is not None:
             return self.rescue_after_seconds
-        return self.smtp.send_timeout_seconds + 15.0
+        return self.max_send_timeout_seconds + 15.0
 
     @model_validator(mode="after")
     def _cross_field(self) -> Settings:
-        if self.rescue_after_seconds is not None and self.rescue_after_seconds <= self.smtp.send_timeout_seconds:
+        longest = self.max_send_timeout_seconds
+        if self.rescue_after_seconds is not None and self.rescue_after_seconds <= longest + 1:
             raise ValueError(
-                f"rescue_after_seconds ({self.rescue_after_seconds:g}) must exceed the total SMTP send "
-                f"timeout ({self.smtp.send_timeout_seconds:g} s), or a live send could be rescued"
+                f"rescue_after_seconds ({self.rescue_after_seconds:g}) must exceed the longest send timeout "
+                f"({longest:g} s) by more than 1 s, or a live send could be rescued"
+            )
+        if "smtp" in self.transports:
+            raise ValueError("the transport name 'smtp' is taken by the OUTBOX_MAILER_SMTP__* settings")
+        for name in self.transports:
+            if not name or len(name) > 64 or not name.replace("-", "").replace("_", "").isalnum():
+                raise ValueError(f"transport name {name!r}: use 1-64 letters, digits, '-' or '_'")
+        if self.default_transport not in self.all_transports():
+            raise ValueError(
+                f"default_transport {self.default_transport!r} is not configured "
+                f"(configured: {', '.join(sorted(self.all_transports()))})"
             )
         return self
 
@@ -140,7 +232,12 @@ def _redact_url(url: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{user}:**********@{netloc[-1]}"))
 
 
+TRANSPORT_KINDS = ("smtp", "resend", "postmark", "sendgrid", "http")
+
+
 def _setting_name(loc: tuple[Any, ...]) -> str:
+    if len(loc) >= 3 and loc[0] == "transports" and loc[2] in TRANSPORT_KINDS:
+        loc = loc[:2] + loc[3:]  # drop pydantic's discriminator tag
     return ENV_PREFIX + "__".join(str(p).upper() for p in loc) if loc else "configuration"
 
 

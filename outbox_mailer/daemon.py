@@ -20,7 +20,6 @@ settles it once its claim is older than the rescue delay.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
 import os
@@ -28,18 +27,20 @@ import random
 import signal
 import socket
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import anyio
 from anyio.abc import TaskGroup
 
 from .breaker import Breaker
+from .gate import TransportGate
 from .compose import compose
 from .config import Settings
 from .decide import RetryPolicy, decide
 from .delivery import Delivery, Outcome, OutcomeKind, Status, Transport
 from .errors import CompositionError, DatabaseError, DatabaseUnavailable, SchemaMismatch
 from .migrations import expected_schema_version
+from .ratelimit import TokenBucket
 from .sessions import RECONNECT_MAX_SECONDS, DaemonSessions
 from .store import AttemptRecord, ClaimSession, OutcomeWrite, Store
 
@@ -49,6 +50,7 @@ DEFAULT_MESSAGE_ID_SECRET = b"outbox-mailer message-id v1"
 RECORD_BATCH = 500
 RESCUE_BATCH = 100
 DUE_BUT_UNCLAIMABLE_RECHECK_SECONDS = 0.1
+IDEMPOTENCY_WINDOW_SHARE = 0.9  # trust a provider's key window only up to 90% of its stated length
 
 
 def utc_now() -> datetime:
@@ -59,9 +61,16 @@ def default_worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def is_unreachable(outcome: Outcome) -> bool:
-    """The attempt never reached a server that could judge the message."""
-    return outcome.kind is OutcomeKind.TRANSIENT and not outcome.charge_attempt
+def build_gates(settings: Settings, transports: Mapping[str, Transport]) -> dict[str, TransportGate]:
+    configs = settings.all_transports()
+    gates = {}
+    for name, transport in transports.items():
+        config = configs.get(name)
+        rate = getattr(config, "effective_rate_per_second", None) or getattr(config, "rate_per_second", None)
+        limiter = TokenBucket(rate, config.burst) if config is not None and rate else None
+        breaker = Breaker(settings.pause_base_seconds, settings.pause_max_seconds)
+        gates[name] = TransportGate(name, transport, breaker, limiter)
+    return gates
 
 
 class Daemon:
@@ -89,14 +98,14 @@ class Daemon:
         secret = settings.message_id_secret
         self.message_id_secret = secret.get_secret_value().encode() if secret else DEFAULT_MESSAGE_ID_SECRET
         self.counts = {"sent": 0, "failed": 0, "retried": 0, "in_doubt": 0, "claim_lost": 0}
-        self.breakers = {name: Breaker(settings.pause_base_seconds, settings.pause_max_seconds)
-                         for name in self.transports}
+        self.gates = build_gates(settings, self.transports)
         self._url = settings.require_database_url()
         self._stopping = anyio.Event()
         self._wake = anyio.Event()
-        self._held: dict[int, str] = {}  # in-flight row id -> dedupe key (their advisory locks are ours)
+        # in-flight row id -> (dedupe key, monotonic time of the claim); their advisory locks are ours
+        self._held: dict[int, tuple[str, float]] = {}
         self._slot_freed = anyio.Event()
-        self._db = DaemonSessions(self._url, on_notify=self._wake_up, held_keys=lambda: list(self._held.values()),
+        self._db = DaemonSessions(self._url, on_notify=self._wake_up, held_keys=lambda: [k for k, _ in self._held.values()],
                                   stopping=self._stopping)
         self._outcomes_in, self._outcomes_out = anyio.create_memory_object_stream[OutcomeWrite](math.inf)
 
@@ -173,7 +182,7 @@ class Daemon:
 
     def _paused(self) -> list[str]:
         now = anyio.current_time()
-        return [name for name, b in self.breakers.items() if b.is_paused(now)]
+        return [name for name, gate in self.gates.items() if gate.is_paused(now)]
 
     async def _claim_loop(self, sends: TaskGroup) -> None:
         while not self._stopping.is_set():
@@ -192,8 +201,9 @@ class Daemon:
                 if not self._stopping.is_set():
                     await self._db.failed(exc)
                 continue
+            claimed = anyio.current_time()
             for delivery in batch:
-                self._held[delivery.id] = delivery.dedupe_key
+                self._held[delivery.id] = (delivery.dedupe_key, claimed)
                 sends.start_soon(self._send_one, delivery)
             if len(batch) < want:
                 await self._idle(session)
@@ -208,7 +218,7 @@ class Daemon:
         if next_due is not None:
             until_due = (next_due - self.clock()).total_seconds()
             now = anyio.current_time()
-            pauses = [b.remaining(now) for b in self.breakers.values() if b.is_paused(now)]
+            pauses = [g.breaker.remaining(now) for g in self.gates.values() if g.is_paused(now)]
             if until_due > 0:
                 timeout = min(timeout, until_due)
             elif pauses:
@@ -242,7 +252,8 @@ class Daemon:
         except Exception as exc:  # a poison row must not stop the daemon
             log.exception("unexpected error sending key=%s", delivery.dedupe_key)
             outcome = Outcome.permanent(f"internal error: {type(exc).__name__}: {exc}")
-        outcome = self._through_breaker(transport_name, outcome)
+        gate = self.gates.get(transport_name)
+        outcome = gate.observe(outcome) if gate is not None else outcome
         finished = self.clock()
         transition = decide(delivery, outcome, finished, self.policy, self.rng.random())
         attempt = AttemptRecord(
@@ -268,10 +279,6 @@ class Daemon:
             known = ", ".join(sorted(self.transports)) or "none"
             return Outcome.permanent(f"transport: unknown transport {transport_name!r} (configured: {known})",
                                      charge_attempt=False)
-        breaker = self.breakers[transport_name]
-        if breaker.is_paused(anyio.current_time()):
-            return Outcome.transient(f"transport {transport_name!r} is paused: its server could not be reached",
-                                     charge_attempt=False)
         try:
             message = compose(
                 delivery,
@@ -282,25 +289,16 @@ class Daemon:
             )
         except CompositionError as exc:
             return Outcome.permanent(f"cannot compose: {exc}", charge_attempt=False)
-        return await transport.send(message, delivery)
+        return await self.gates[transport_name].send(message, delivery, lambda: self._may_start(delivery, transport))
 
-    def _through_breaker(self, transport_name: str, outcome: Outcome) -> Outcome:
-        """Feed the transport's breaker; an unreachable outcome is retried after the pause."""
-        breaker = self.breakers.get(transport_name)
-        if breaker is None:
-            return outcome
-        now = anyio.current_time()
-        if is_unreachable(outcome):
-            was_paused = breaker.is_paused(now)
-            pause = breaker.unreachable(now)
-            if not was_paused:
-                log.warning("transport %s unreachable (%s): paused for %.1fs, attempts not charged",
-                            transport_name, outcome.error, pause)
-            return dataclasses.replace(outcome, retry_after_seconds=max(pause, outcome.retry_after_seconds or 0))
-        if outcome.charge_attempt and breaker.failures:
-            log.info("transport %s reachable again after %d failed tries", transport_name, breaker.failures)
-            breaker.reached()
-        return outcome
+    def _may_start(self, delivery: Delivery, transport: Transport) -> bool:
+        """A send must end before its claim could be rescued: start it only while
+        claim age + send timeout stays under the rescue delay (with a margin)."""
+        held = self._held.get(delivery.id)
+        if held is None:
+            return False
+        age = anyio.current_time() - held[1]
+        return age + transport.send_timeout_seconds + 1.0 < self.settings.effective_rescue_after_seconds
 
     # ---- recording -------------------------------------------------------------
 
@@ -373,6 +371,13 @@ class Daemon:
             except DatabaseError as exc:
                 log.warning("rescue skipped: %s", exc)
 
+    def _resend_safe_until(self, delivery: Delivery) -> datetime | None:
+        transport = self.transports.get(delivery.transport or self.default_transport)
+        window = getattr(transport, "idempotency_window_seconds", None)
+        if not window or delivery.first_attempt_at is None:
+            return None
+        return delivery.first_attempt_at + timedelta(seconds=window * IDEMPOTENCY_WINDOW_SHARE)
+
     async def rescue_once(self) -> int:
         """Settle claims of dead processes by the ambiguous-outcome policy; returns how many."""
         session = await self._db.claim_session()
@@ -383,7 +388,8 @@ class Daemon:
         for delivery, claimed_at, claimed_by in dead:
             outcome = Outcome.ambiguous(
                 f"claimed by {claimed_by} at {claimed_at.isoformat()}; that process stopped before recording "
-                "the outcome"
+                "the outcome",
+                resend_safe_until=self._resend_safe_until(delivery),
             )
             transition = decide(delivery, outcome, now, self.policy, self.rng.random())
             attempt = AttemptRecord(delivery.attempts, claimed_at, max(now, claimed_at), outcome.kind, None, None,

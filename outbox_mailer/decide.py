@@ -14,7 +14,10 @@ Transitions out of ``sending``:
                                             fall after ``expires_at``
 * ambiguous, policy resend -> like transient (same Message-ID next time), but
                               ``in_doubt`` rather than ``failed`` once attempts are used up
-* ambiguous, policy hold   -> ``in_doubt``  (an operator decides)
+* ambiguous, policy hold   -> ``in_doubt``  (an operator decides), except when the
+                              transport's idempotency key makes a resend safe
+                              (``resend_safe_until``): then like transient, while
+                              the retry falls inside that window
 """
 
 from __future__ import annotations
@@ -74,11 +77,22 @@ def decide(delivery: Delivery, outcome: Outcome, now: datetime, policy: RetryPol
     error = _clip(outcome.error or outcome.kind.value)
     if outcome.kind is OutcomeKind.PERMANENT:
         return Transition(Status.FAILED, "permanent failure", last_error=error, refund_attempt=refund)
-    if outcome.kind is OutcomeKind.AMBIGUOUS and policy.in_doubt == "hold":
-        return Transition(
-            Status.IN_DOUBT, "outcome unknown, held for an operator", last_error=_clip(f"outcome unknown: {error}")
-        )
-    return _retry_or_fail(delivery, outcome, error, now, policy, jitter, refund)
+    if outcome.kind is OutcomeKind.AMBIGUOUS and policy.in_doubt == "hold" and outcome.resend_safe_until is None:
+        return _held(error)
+    transition = _retry_or_fail(delivery, outcome, error, now, policy, jitter, refund)
+    if (
+        outcome.kind is OutcomeKind.AMBIGUOUS
+        and outcome.resend_safe_until is not None
+        and transition.scheduled_at is not None
+        and transition.scheduled_at > outcome.resend_safe_until
+        and policy.in_doubt == "hold"
+    ):
+        return _held(f"{error} (the retry would fall after the provider's idempotency window)")
+    return transition
+
+
+def _held(error: str) -> Transition:
+    return Transition(Status.IN_DOUBT, "outcome unknown, held for an operator", last_error=_clip(f"outcome unknown: {error}"))
 
 
 def _retry_or_fail(

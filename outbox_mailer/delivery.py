@@ -63,6 +63,33 @@ class Delivery:
     scheduled_at: datetime
     expires_at: datetime | None
     created_at: datetime
+    first_attempt_at: datetime | None = None  # start of the provider's idempotency window
+
+
+@dataclass(frozen=True, slots=True)
+class AttachmentFields:
+    filename: str
+    content_type: str  # type/subtype
+    content: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class MessageFields:
+    """A row's validated content, for transports that take fields rather than MIME (provider APIs).
+
+    Addresses are ``Name <local@ascii-domain>`` or bare ``local@ascii-domain``.
+    """
+
+    from_address: str
+    to: tuple[str, ...]
+    cc: tuple[str, ...]
+    bcc: tuple[str, ...]
+    reply_to: str | None
+    subject: str
+    text: str | None
+    html: str | None
+    headers: tuple[tuple[str, str], ...]  # custom headers, already checked
+    attachments: tuple[AttachmentFields, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +100,7 @@ class ComposedMessage:
     recipients: tuple[str, ...]  # envelope RCPT TO: to + cc + bcc, deduplicated
     message_id: str  # with angle brackets
     data: bytes  # RFC 5322 message, CRLF line endings, no Bcc header
+    fields: MessageFields | None = None  # the same content as fields (set by compose())
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,9 +122,15 @@ class Outcome:
     retry_after_seconds: float | None = None
     refused: tuple[RefusedRecipient, ...] = field(default=())
     # False when the attempt never reached a server that could judge the
-    # message (e.g. composition failed before any I/O is still charged; an
-    # outage may be uncharged).
+    # message (an outage, a paused transport, a row that cannot be composed):
+    # the attempt is recorded but not counted against max_attempts.
     charge_attempt: bool = True
+    # The transport asks to be paused this long (quota exhausted, credentials
+    # refused): nothing is claimed for it meanwhile; the attempt is not charged.
+    pause_seconds: float | None = None
+    # For an ambiguous outcome: until when a resend is absorbed by the
+    # provider's idempotency key, so it is safe whatever the in_doubt policy.
+    resend_safe_until: datetime | None = None
 
     @classmethod
     def sent(cls, provider_message_id: str | None = None, **kw: Any) -> Outcome:
@@ -115,10 +149,22 @@ class Outcome:
         return cls(OutcomeKind.AMBIGUOUS, error=error, **kw)
 
 
+def idempotency_key(delivery: Delivery, message: ComposedMessage) -> str:
+    """The key providers de-duplicate by: the dedupe key when it is safe in an HTTP/SMTP
+    header (printable ASCII, at most 255 characters), else a digest stable across retries."""
+    key = delivery.dedupe_key
+    if key.isascii() and key.isprintable() and len(key) <= 255 and key.strip() == key:
+        return key
+    return "outbox-" + message.message_id.strip("<>").split("@", 1)[0]
+
+
 class Transport(Protocol):
     """One way of handing a message to the outside world."""
 
     name: str
+    max_parallel: int  # sends in flight at once; the daemon never asks for more
+    send_timeout_seconds: float  # hard cap on one send
+    idempotency_window_seconds: float | None  # how long the far side de-duplicates by idempotency key
 
     async def send(self, message: ComposedMessage, delivery: Delivery) -> Outcome:
         """Try once. Never raises for a delivery problem: report it as an Outcome."""

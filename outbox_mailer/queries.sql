@@ -24,13 +24,13 @@ WITH candidates AS (
 )
 UPDATE email_deliveries d
 SET status = 'sending', claim_token = $2, claimed_at = now(), claimed_by = $3,
-    attempts = d.attempts + 1, updated_at = now()
+    attempts = d.attempts + 1, first_attempt_at = coalesce(d.first_attempt_at, now()), updated_at = now()
 FROM locked
 WHERE d.id = locked.id
 RETURNING d.id, d.dedupe_key, d.claim_token, d.attempts, d.max_attempts, d.from_address,
           d.to_addresses, d.cc_addresses, d.bcc_addresses, d.reply_to, d.subject, d.text_body,
           d.html_body, d.headers, d.attachments, d.metadata, d.transport, d.priority,
-          d.scheduled_at, d.expires_at, d.created_at;
+          d.scheduled_at, d.expires_at, d.created_at, d.first_attempt_at;
 
 -- name: release_locks
 -- Release this session's advisory locks of the given dedupe keys (after their outcome committed).
@@ -95,7 +95,7 @@ WITH stale AS (
 SELECT d.id, d.dedupe_key, d.claim_token, d.attempts, d.max_attempts, d.from_address,
        d.to_addresses, d.cc_addresses, d.bcc_addresses, d.reply_to, d.subject, d.text_body,
        d.html_body, d.headers, d.attachments, d.metadata, d.transport, d.priority,
-       d.scheduled_at, d.expires_at, d.created_at, d.claimed_at, d.claimed_by
+       d.scheduled_at, d.expires_at, d.created_at, d.first_attempt_at, d.claimed_at, d.claimed_by
 FROM email_deliveries d JOIN locked USING (id);
 
 -- name: status_by_keys

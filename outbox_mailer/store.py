@@ -109,6 +109,7 @@ def _delivery(row: asyncpg.Record) -> Delivery:
         scheduled_at=row["scheduled_at"],
         expires_at=row["expires_at"],
         created_at=row["created_at"],
+        first_attempt_at=row["first_attempt_at"],
     )
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import anyio
 from aiosmtplib import (
@@ -35,7 +35,7 @@ from aiosmtplib import (
 from aiosmtplib.email import parse_address
 
 from ..config import SmtpSettings
-from ..delivery import ComposedMessage, Delivery, Outcome, OutcomeKind, RefusedRecipient
+from ..delivery import ComposedMessage, Delivery, Outcome, OutcomeKind, RefusedRecipient, idempotency_key
 from ..errors import TransportUnavailable
 
 __all__ = ["SmtpTransport", "classify_reply"]
@@ -148,6 +148,11 @@ class SmtpTransport:
 
     def __init__(self, settings: SmtpSettings, *, name: str = "smtp") -> None:
         self.name = name
+        self.max_parallel = settings.pool_size
+        self.send_timeout_seconds = settings.send_timeout_seconds
+        self.idempotency_window_seconds = (
+            settings.idempotency_window_seconds if settings.idempotency_header else None
+        )
         self._settings = settings
         self._slots = anyio.Semaphore(settings.pool_size)
         self._idle: list[SMTP] = []  # connected, no transaction open; LIFO
@@ -259,6 +264,10 @@ class SmtpTransport:
             return Outcome.permanent(problem)
         if self._closed:
             return Outcome.transient(f"transport {self.name!r} is closed", charge_attempt=False)
+        header = self._settings.idempotency_header
+        if header:
+            key = idempotency_key(delivery, message)
+            message = replace(message, data=f"{header}: {key}\r\n".encode("ascii") + message.data)
         async with self._slots:
             attempt = _Attempt(self, message)
             try:

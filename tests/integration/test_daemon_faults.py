@@ -31,7 +31,7 @@ async def test_unreachable_server_pauses_the_transport_without_charging_attempts
     r = await running(smtp={"host": "127.0.0.1", "port": port, "tls": "none", "connect_timeout_seconds": 0.5},
                       retry={"base_seconds": 0.05, "max_seconds": 0.1}, pause_max_seconds=0.5)
     await r.wait_for(lambda rows: sum(1 for x in rows.values() if x["last_error"]) == 5, [f"k{i}" for i in range(5)])
-    assert r.daemon.breakers["smtp"].failures >= 1
+    assert r.daemon.gates["smtp"].breaker.failures >= 1
     rows = {x["dedupe_key"]: x for x in await store.status([f"k{i}" for i in range(5)])}
     assert all(x["status"] in ("pending", "sending") for x in rows.values()), "an outage must not fail rows"
     async with SmtpSink(port=port) as sink:
@@ -47,6 +47,9 @@ class ExplodingTransport:
     """A transport with a bug for one row: raises instead of returning an Outcome."""
 
     name = "exploding"
+    max_parallel = 4
+    send_timeout_seconds = 5.0
+    idempotency_window_seconds = None
 
     async def send(self, message: ComposedMessage, delivery: Delivery) -> Outcome:
         if delivery.dedupe_key == "poison":

@@ -114,3 +114,18 @@ def test_ambiguous_with_attempts_exhausted_is_in_doubt_not_failed() -> None:
 def test_long_errors_are_clipped() -> None:
     t = decide(row(), Outcome.permanent("x" * 5000), NOW, POLICY, 0.5)
     assert t.last_error is not None and len(t.last_error) == 2000
+
+
+def test_ambiguous_inside_the_idempotency_window_is_resent_even_with_hold() -> None:
+    hold = replace(POLICY, in_doubt="hold")
+    outcome = Outcome.ambiguous("HTTP 502 after the request was sent", resend_safe_until=NOW + timedelta(hours=23))
+    t = decide(row(attempts=1), outcome, NOW, hold, 0.5)
+    assert t.status is Status.PENDING
+
+
+def test_ambiguous_retry_past_the_idempotency_window_follows_the_policy() -> None:
+    outcome = Outcome.ambiguous("timeout", resend_safe_until=NOW + timedelta(seconds=1))
+    held = decide(row(attempts=3), outcome, NOW, replace(POLICY, in_doubt="hold"), 1.0)
+    assert held.status is Status.IN_DOUBT and "idempotency window" in (held.last_error or "")
+    resent = decide(row(attempts=3), outcome, NOW, POLICY, 1.0)
+    assert resent.status is Status.PENDING

@@ -1,0 +1,81 @@
+"""Admission to one transport, and what its outcomes teach the daemon.
+
+A :class:`TransportGate` wraps one transport with:
+
+* a capacity limit (never more sends in flight than the transport can take,
+  so no send waits inside the transport after it was admitted);
+* an optional token bucket (rate limit shared by the daemon's sends; a 429
+  with Retry-After empties it for that long);
+* a circuit breaker (an unreachable server pauses the transport with backoff;
+  an outcome may also ask for an explicit pause: quota, refused credentials).
+
+The ``may_start`` check given to :meth:`send` runs after admission, right
+before the send, so a row that waited too long since its claim is not sent
+(its claim could be rescued before the send ends).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable
+
+import anyio
+
+from .breaker import Breaker
+from .delivery import ComposedMessage, Delivery, Outcome, OutcomeKind, Transport
+from .ratelimit import TokenBucket
+
+log = logging.getLogger("outbox_mailer")
+
+
+def is_unreachable(outcome: Outcome) -> bool:
+    """The attempt never reached a server that could judge the message."""
+    return outcome.kind is OutcomeKind.TRANSIENT and not outcome.charge_attempt and not outcome.pause_seconds
+
+
+class TransportGate:
+    def __init__(self, name: str, transport: Transport, breaker: Breaker, limiter: TokenBucket | None) -> None:
+        self.name = name
+        self.transport = transport
+        self.breaker = breaker
+        self.limiter = limiter
+        self._slots = anyio.CapacityLimiter(transport.max_parallel)
+
+    def is_paused(self, now: float) -> bool:
+        return self.breaker.is_paused(now)
+
+    async def send(self, message: ComposedMessage, delivery: Delivery, may_start: Callable[[], bool]) -> Outcome:
+        async with self._slots:
+            if self.limiter is not None:
+                await self.limiter.acquire()
+            if self.breaker.is_paused(anyio.current_time()):
+                return Outcome.transient(f"transport {self.name!r} is paused", charge_attempt=False)
+            if not may_start():
+                return Outcome.transient("waited too long after the claim to start a send safely",
+                                         charge_attempt=False)
+            return await self.transport.send(message, delivery)
+
+    def observe(self, outcome: Outcome) -> Outcome:
+        """Feed the breaker and the rate limiter; returns the outcome with its retry time adjusted."""
+        now = anyio.current_time()
+        if outcome.pause_seconds:
+            self.breaker.pause(now, outcome.pause_seconds)
+            log.error("transport %s paused for %.0fs: %s", self.name, outcome.pause_seconds, outcome.error)
+            return dataclasses.replace(
+                outcome, charge_attempt=False,
+                retry_after_seconds=max(outcome.pause_seconds, outcome.retry_after_seconds or 0),
+            )
+        if self.limiter is not None and outcome.retry_after_seconds and outcome.kind is OutcomeKind.TRANSIENT:
+            self.limiter.hold_off(outcome.retry_after_seconds)  # a 429 slows every send of this transport
+        if is_unreachable(outcome):
+            was_paused = self.breaker.is_paused(now)
+            pause = self.breaker.unreachable(now)
+            if not was_paused:
+                log.warning("transport %s unreachable (%s): paused for %.1fs, attempts not charged",
+                            self.name, outcome.error, pause)
+            return dataclasses.replace(outcome, retry_after_seconds=max(pause, outcome.retry_after_seconds or 0))
+        if outcome.charge_attempt and self.breaker.failures:
+            log.info("transport %s reachable again after %d failed tries", self.name, self.breaker.failures)
+            self.breaker.reached()
+        return outcome
