@@ -172,6 +172,7 @@ class Settings(BaseSettings):
     max_message_bytes: int = Field(default=10 * 1024 * 1024, ge=1024)  # composed size limit
     message_id_secret: SecretStr | None = None  # HMAC key for Message-IDs; keep it stable
     worker_name: str | None = None  # recorded with each attempt; None: host:pid
+    debug_wedge_file: str | None = None  # tests only: while this file exists the claim loop stops (watchdog test)
 
     def all_transports(self) -> dict[str, SmtpSettings | ApiTransportSettings]:
         return {"smtp": self.smtp, **self.transports}

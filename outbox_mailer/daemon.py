@@ -26,30 +26,32 @@ import os
 import random
 import signal
 import socket
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 
 import anyio
 from anyio.abc import TaskGroup
 
 from .breaker import Breaker
-from .gate import TransportGate
 from .compose import compose
 from .config import Settings
 from .decide import RetryPolicy, decide
 from .delivery import Delivery, Outcome, OutcomeKind, Status, Transport
-from .errors import CompositionError, DatabaseError, DatabaseUnavailable, SchemaMismatch
+from .errors import CompositionError, DatabaseError, SchemaMismatch
+from .gate import TransportGate
 from .migrations import expected_schema_version
 from .ratelimit import TokenBucket
-from .sessions import RECONNECT_MAX_SECONDS, DaemonSessions
+from .recorder import Recorder
+from .sessions import DaemonSessions
 from .store import AttemptRecord, ClaimSession, OutcomeWrite, Store
+from .systemd import SystemdNotifier
 
 log = logging.getLogger("outbox_mailer")
 
 DEFAULT_MESSAGE_ID_SECRET = b"outbox-mailer message-id v1"
-RECORD_BATCH = 500
 RESCUE_BATCH = 100
 DUE_BUT_UNCLAIMABLE_RECHECK_SECONDS = 0.1
+STATUS_EVERY_SECONDS = 5.0
 IDEMPOTENCY_WINDOW_SHARE = 0.9  # trust a provider's key window only up to 90% of its stated length
 
 
@@ -82,6 +84,7 @@ class Daemon:
         default_transport: str = "smtp",
         clock: Callable[[], datetime] = utc_now,
         rng: random.Random | None = None,
+        notifier: SystemdNotifier | None = None,
     ) -> None:
         self.settings = settings
         self.transports = dict(transports)
@@ -97,8 +100,11 @@ class Daemon:
         )
         secret = settings.message_id_secret
         self.message_id_secret = secret.get_secret_value().encode() if secret else DEFAULT_MESSAGE_ID_SECRET
-        self.counts = {"sent": 0, "failed": 0, "retried": 0, "in_doubt": 0, "claim_lost": 0}
         self.gates = build_gates(settings, self.transports)
+        self.notifier = notifier or SystemdNotifier({})
+        self._last_beat = -math.inf
+        self._last_status = -math.inf
+        self._pending: int | None = None
         self._url = settings.require_database_url()
         self._stopping = anyio.Event()
         self._wake = anyio.Event()
@@ -107,7 +113,7 @@ class Daemon:
         self._slot_freed = anyio.Event()
         self._db = DaemonSessions(self._url, on_notify=self._wake_up, held_keys=lambda: [k for k, _ in self._held.values()],
                                   stopping=self._stopping)
-        self._outcomes_in, self._outcomes_out = anyio.create_memory_object_stream[OutcomeWrite](math.inf)
+        self.recorder = Recorder(self._db, self._stopping, self._recorded)
 
     # ---- lifecycle -------------------------------------------------------------
 
@@ -131,20 +137,21 @@ class Daemon:
             await self._db.ensure_listening()
             log.info("started worker=%s concurrency=%d batch=%d", self.worker, self.settings.concurrency,
                      self.settings.batch_size)
+            self.notifier.ready(self._status_line())
             async with anyio.create_task_group() as outer:
                 if handle_signals:
                     outer.start_soon(self._watch_signals)
                 outer.start_soon(self._rescue_loop)
                 async with anyio.create_task_group() as core:
-                    core.start_soon(self._record_loop)
+                    core.start_soon(self.recorder.run)
                     async with anyio.create_task_group() as sends:
                         await self._claim_loop(sends)
                         await self._drain(sends)
-                    await self._outcomes_in.aclose()
+                    await self.recorder.inbox.aclose()
                 outer.cancel_scope.cancel()
         finally:
             await self._db.close()
-            log.info("stopped worker=%s %s", self.worker, " ".join(f"{k}={v}" for k, v in self.counts.items()))
+            log.info("stopped worker=%s %s", self.worker, " ".join(f"{k}={v}" for k, v in self.recorder.counts.items()))
 
     async def _check_schema(self) -> None:
         store = await Store.open(self._url, max_size=1)
@@ -166,11 +173,14 @@ class Daemon:
                 self.stop()
 
     async def _drain(self, sends: TaskGroup) -> None:
+        self.notifier.stopping(f"draining {len(self._held)} in-flight sends")
         if self._held:
             log.info("waiting up to %gs for %d in-flight sends", self.settings.shutdown_grace_seconds, len(self._held))
         with anyio.move_on_after(self.settings.shutdown_grace_seconds):
             while self._held:
-                await self._wait_slot()
+                self._beat()
+                with anyio.move_on_after(self.notifier.watchdog_interval_seconds or math.inf):
+                    await self._wait_slot()
         if self._held:
             log.warning("grace period over: abandoning %d sends to the rescuer", len(self._held))
         sends.cancel_scope.cancel()
@@ -186,9 +196,11 @@ class Daemon:
 
     async def _claim_loop(self, sends: TaskGroup) -> None:
         while not self._stopping.is_set():
+            await self._beat_or_wedge()
             free = self.settings.concurrency - len(self._held)
             if free <= 0:
-                await self._wait_slot()
+                with anyio.move_on_after(self.notifier.watchdog_interval_seconds or math.inf):
+                    await self._wait_slot()
                 continue
             self._wake = anyio.Event()  # before claiming, so a NOTIFY during the claim is not lost
             want = min(self.settings.batch_size, free)
@@ -225,8 +237,45 @@ class Daemon:
                 timeout = min(timeout, min(pauses))  # due rows wait for their transport
             else:
                 timeout = min(timeout, DUE_BUT_UNCLAIMABLE_RECHECK_SECONDS)  # their keys are locked elsewhere
+        if self.notifier.watchdog_interval_seconds is not None:
+            timeout = min(timeout, self.notifier.watchdog_interval_seconds)
         with anyio.move_on_after(timeout):
             await self._wake.wait()
+        await self._refresh_pending(session)
+
+    # ---- liveness for systemd ---------------------------------------------------
+
+    def _status_line(self) -> str:
+        c = self.recorder.counts
+        pending = "?" if self._pending is None else self._pending
+        return (f"sent {c['sent']}, failed {c['failed']}, retried {c['retried']}, in doubt {c['in_doubt']}, "
+                f"in flight {len(self._held)}, pending {pending}")
+
+    def _beat(self) -> None:
+        """WATCHDOG=1 (and a STATUS line) from the loop itself, so a wedged loop stops the pings."""
+        now = anyio.current_time()
+        interval = self.notifier.watchdog_interval_seconds
+        if interval is not None and now - self._last_beat >= interval * 0.9:
+            self.notifier.watchdog()
+            self._last_beat = now
+        if now - self._last_status >= STATUS_EVERY_SECONDS:
+            self.notifier.status(self._status_line())
+            self._last_status = now
+
+    async def _beat_or_wedge(self) -> None:
+        wedge = self.settings.debug_wedge_file
+        if wedge and os.path.exists(wedge):
+            log.error("debug_wedge_file %s exists: the claim loop stops (test switch for the watchdog)", wedge)
+            await anyio.sleep_forever()
+        self._beat()
+
+    async def _refresh_pending(self, session: ClaimSession) -> None:
+        if not self.notifier.enabled or anyio.current_time() - self._last_status < STATUS_EVERY_SECONDS:
+            return
+        try:
+            self._pending = (await session.count_pending())
+        except DatabaseError:
+            self._pending = None
 
     async def _wait_slot(self) -> None:
         self._slot_freed = anyio.Event()
@@ -268,7 +317,7 @@ class Daemon:
             worker=self.worker,
         )
         with anyio.CancelScope(shield=True):
-            await self._outcomes_in.send(OutcomeWrite(delivery, transition, attempt))
+            await self.recorder.inbox.send(OutcomeWrite(delivery, transition, attempt))
 
     async def _attempt(self, delivery: Delivery, transport_name: str, now: datetime) -> Outcome:
         if delivery.expires_at is not None and delivery.expires_at <= now:
@@ -300,66 +349,11 @@ class Daemon:
         age = anyio.current_time() - held[1]
         return age + transport.send_timeout_seconds + 1.0 < self.settings.effective_rescue_after_seconds
 
-    # ---- recording -------------------------------------------------------------
-
-    async def _record_loop(self) -> None:
-        async for first in self._outcomes_out:
-            batch = [first]
-            while len(batch) < RECORD_BATCH:
-                try:
-                    batch.append(self._outcomes_out.receive_nowait())
-                except (anyio.WouldBlock, anyio.EndOfStream):
-                    break
-            with anyio.CancelScope(shield=True):
-                await self._record(batch)
-            for write in batch:
-                self._release_slot(write.delivery)
-
-    async def _record(self, batch: list[OutcomeWrite]) -> None:
-        """Write outcomes, then release their locks. Retries while the database is away.
-
-        Outcomes wait in memory meanwhile (at most ``concurrency`` of them). Gives
-        up, leaving the rows in ``sending`` for the rescuer, only on an error that
-        is not a lost connection and repeats, or when stopping and the database
-        stays away.
-        """
-        delay, tries, updated = 0.1, 0, None
-        while updated is None:
-            tries += 1
-            try:
-                session = await self._db.claim_session()
-                updated = await session.record_outcomes(batch)  # and releases their locks
-            except DatabaseError as exc:
-                unavailable = isinstance(exc, DatabaseUnavailable)
-                if (not unavailable and tries >= 3) or (self._stopping.is_set() and tries >= 10):
-                    log.error("could not record %d outcomes (%s); their rows stay 'sending' for the rescuer",
-                              len(batch), exc)
-                    await self._db.failed(exc)
-                    break
-                await self._db.failed(exc)
-                await anyio.sleep(delay)
-                delay = min(delay * 2, RECONNECT_MAX_SECONDS)
+    def _recorded(self, batch: Sequence[OutcomeWrite]) -> None:
         for write in batch:
-            self._log_transition(write, updated is not None and write.delivery.id in updated)
+            self._release_slot(write.delivery)
         if any(w.transition.status is Status.PENDING for w in batch):
             self._wake.set()  # a retry may be due before the claim loop's current wait ends
-
-    def _log_transition(self, write: OutcomeWrite, applied: bool) -> None:
-        d, t, a = write.delivery, write.transition, write.attempt
-        if not applied:
-            self.counts["claim_lost"] += 1
-            log.warning("claim lost key=%s attempt=%d outcome=%s: the row changed under us; not applied",
-                        d.dedupe_key, a.attempt, a.outcome)
-            return
-        counter = {Status.SENT: "sent", Status.FAILED: "failed", Status.PENDING: "retried",
-                   Status.IN_DOUBT: "in_doubt"}.get(t.status)
-        if counter:
-            self.counts[counter] += 1
-        extra = f" retry_at={t.scheduled_at.isoformat()}" if t.status is Status.PENDING and t.scheduled_at else ""
-        level = logging.INFO if t.status in (Status.SENT, Status.PENDING) else logging.WARNING
-        log.log(level, "%s key=%s attempt=%d transport=%s outcome=%s code=%s%s%s", t.status.value, d.dedupe_key,
-                a.attempt, a.transport, a.outcome, a.reply_code or "-", extra,
-                f" error={a.error!r}" if a.error and t.status is not Status.SENT else "")
 
     # ---- rescue ----------------------------------------------------------------
 
@@ -399,5 +393,5 @@ class Daemon:
         if writes:
             log.warning("rescuing %d claims of stopped processes (policy %s)", len(writes), self.settings.in_doubt)
             with anyio.CancelScope(shield=True):
-                await self._record(writes)
+                await self.recorder.record(writes)
         return len(writes)

@@ -151,6 +151,10 @@ RETURNING id;
 -- The status of one row (to explain why retry/cancel did nothing).
 SELECT status FROM email_deliveries WHERE dedupe_key = $1;
 
+-- name: count_pending
+-- Rows waiting to be sent (for the daemon's status line).
+SELECT count(*) FROM email_deliveries WHERE status = 'pending';
+
 -- name: stats
 -- Counts per status, rows due now, and the age of the oldest due row.
 SELECT

@@ -24,7 +24,13 @@ import asyncpg
 
 from .decide import Transition
 from .delivery import Delivery, OutcomeKind
-from .errors import DatabaseError, DatabaseUnavailable, InvalidTransition, NotFound, SchemaMismatch
+from .errors import (
+    DatabaseError,
+    DatabaseUnavailable,
+    InvalidTransition,
+    NotFound,
+    SchemaMismatch,
+)
 from .migrations import Migration
 from .queries import sql
 
@@ -193,6 +199,11 @@ class ClaimSession:
         async with self._lock:
             with translate_errors():
                 return int(await self._conn.fetchval(sql("release_locks"), list(keys)))
+
+    async def count_pending(self) -> int:
+        async with self._lock:
+            with translate_errors():
+                return int(await self._conn.fetchval(sql("count_pending")))
 
     async def next_due_at(self) -> datetime | None:
         async with self._lock:

@@ -1,0 +1,90 @@
+"""Writing outcomes: batched, fenced, retried while the database is away.
+
+Send tasks put an :class:`OutcomeWrite` into the recorder's stream; the
+recorder takes whatever is ready (up to ``RECORD_BATCH``), writes it in one
+statement fenced on each row's claim, releases the rows' advisory locks, and
+logs one line per state change. Outcomes wait in memory while PostgreSQL is
+unreachable; there are never more of them than sends in flight.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Sequence
+
+import anyio
+
+from .delivery import Status
+from .errors import DatabaseError, DatabaseUnavailable
+from .sessions import RECONNECT_MAX_SECONDS, DaemonSessions
+from .store import OutcomeWrite
+
+log = logging.getLogger("outbox_mailer")
+
+RECORD_BATCH = 500
+COUNTED = {Status.SENT: "sent", Status.FAILED: "failed", Status.PENDING: "retried", Status.IN_DOUBT: "in_doubt"}
+
+
+class Recorder:
+    def __init__(self, db: DaemonSessions, stopping: anyio.Event,
+                 on_recorded: Callable[[Sequence[OutcomeWrite]], None]) -> None:
+        self._db = db
+        self._stopping = stopping
+        self._on_recorded = on_recorded  # called after each batch from the stream (frees send slots)
+        self.counts = {"sent": 0, "failed": 0, "retried": 0, "in_doubt": 0, "claim_lost": 0}
+        self.inbox, self._outbox = anyio.create_memory_object_stream[OutcomeWrite](math.inf)
+
+    async def run(self) -> None:
+        """Drain the stream until it is closed and empty; each write shielded from cancellation."""
+        async for first in self._outbox:
+            batch = [first]
+            while len(batch) < RECORD_BATCH:
+                try:
+                    batch.append(self._outbox.receive_nowait())
+                except (anyio.WouldBlock, anyio.EndOfStream):
+                    break
+            with anyio.CancelScope(shield=True):
+                await self.record(batch)
+            self._on_recorded(batch)
+
+    async def record(self, batch: Sequence[OutcomeWrite]) -> None:
+        """Write outcomes, then release their locks. Retries while the database is away.
+
+        Gives up, leaving the rows in ``sending`` for a rescuer, only on an error
+        that is not a lost connection and repeats, or when stopping and the
+        database stays away.
+        """
+        delay, tries, updated = 0.1, 0, None
+        while updated is None:
+            tries += 1
+            try:
+                session = await self._db.claim_session()
+                updated = await session.record_outcomes(batch)  # and releases their locks
+            except DatabaseError as exc:
+                unavailable = isinstance(exc, DatabaseUnavailable)
+                await self._db.failed(exc)
+                if (not unavailable and tries >= 3) or (self._stopping.is_set() and tries >= 10):
+                    log.error("could not record %d outcomes (%s); their rows stay 'sending' for a rescuer",
+                              len(batch), exc)
+                    break
+                await anyio.sleep(delay)
+                delay = min(delay * 2, RECONNECT_MAX_SECONDS)
+        for write in batch:
+            self._log(write, updated is not None and write.delivery.id in updated)
+
+    def _log(self, write: OutcomeWrite, applied: bool) -> None:
+        d, t, a = write.delivery, write.transition, write.attempt
+        if not applied:
+            self.counts["claim_lost"] += 1
+            log.warning("claim lost key=%s attempt=%d outcome=%s: the row changed under us; not applied",
+                        d.dedupe_key, a.attempt, a.outcome)
+            return
+        counter = COUNTED.get(t.status)
+        if counter:
+            self.counts[counter] += 1
+        extra = f" retry_at={t.scheduled_at.isoformat()}" if t.status is Status.PENDING and t.scheduled_at else ""
+        level = logging.INFO if t.status in (Status.SENT, Status.PENDING) else logging.WARNING
+        log.log(level, "%s key=%s attempt=%d transport=%s outcome=%s code=%s%s%s", t.status.value, d.dedupe_key,
+                a.attempt, a.transport, a.outcome, a.reply_code or "-", extra,
+                f" error={a.error!r}" if a.error and t.status is not Status.SENT else "")
