@@ -121,6 +121,7 @@ class Daemon:
         """Ask the daemon to drain and exit (idempotent, safe from any task)."""
         self._stopping.set()
         self._wake.set()
+        self._slot_freed.set()  # the claim loop may be waiting for a free slot
 
     @property
     def in_flight(self) -> int:
@@ -190,6 +191,20 @@ class Daemon:
 
     # ---- claiming --------------------------------------------------------------
 
+    def _gate_capacity(self) -> int:
+        """Sends the open transports could start right now: claim no more, so claimed rows do not
+        queue at a gate (a queued row's claim ages; see _may_start)."""
+        if not self.gates:
+            return self.settings.concurrency  # nothing to gate (every row fails as an unknown transport)
+        now = anyio.current_time()
+        room = sum(g.transport.max_parallel for g in self.gates.values() if not g.is_paused(now))
+        return room - len(self._held)  # rows claimed but not yet at their gate count too
+
+    def _until_next_unpause(self) -> float:
+        now = anyio.current_time()
+        paused = [g.breaker.remaining(now) for g in self.gates.values() if g.is_paused(now)]
+        return min(paused) if paused else math.inf
+
     def _paused(self) -> list[str]:
         now = anyio.current_time()
         return [name for name, gate in self.gates.items() if gate.is_paused(now)]
@@ -197,9 +212,11 @@ class Daemon:
     async def _claim_loop(self, sends: TaskGroup) -> None:
         while not self._stopping.is_set():
             await self._beat_or_wedge()
-            free = self.settings.concurrency - len(self._held)
-            if free <= 0:
-                with anyio.move_on_after(self.notifier.watchdog_interval_seconds or math.inf):
+            free = min(self.settings.concurrency - len(self._held), self._gate_capacity())
+            if free <= 0:  # every slot busy, or every transport with room is paused
+                limit = min(self._until_next_unpause(), self.settings.poll_interval_seconds,
+                            self.notifier.watchdog_interval_seconds or math.inf)
+                with anyio.move_on_after(limit):
                     await self._wait_slot()
                 continue
             self._wake = anyio.Event()  # before claiming, so a NOTIFY during the claim is not lost

@@ -131,6 +131,9 @@ class Outcome:
     # For an ambiguous outcome: until when a resend is absorbed by the
     # provider's idempotency key, so it is safe whatever the in_doubt policy.
     resend_safe_until: datetime | None = None
+    # The daemon itself held the send back (transport paused, claim too old to
+    # start safely): nothing was attempted, so it says nothing about the server.
+    held_back: bool = False
 
     @classmethod
     def sent(cls, provider_message_id: str | None = None, **kw: Any) -> Outcome:

@@ -30,8 +30,9 @@ log = logging.getLogger("outbox_mailer")
 
 
 def is_unreachable(outcome: Outcome) -> bool:
-    """The attempt never reached a server that could judge the message."""
-    return outcome.kind is OutcomeKind.TRANSIENT and not outcome.charge_attempt and not outcome.pause_seconds
+    """The transport tried and could not reach a server that could judge the message."""
+    return (outcome.kind is OutcomeKind.TRANSIENT and not outcome.charge_attempt and not outcome.pause_seconds
+            and not outcome.held_back)
 
 
 class TransportGate:
@@ -49,11 +50,13 @@ class TransportGate:
         async with self._slots:
             if self.limiter is not None:
                 await self.limiter.acquire()
-            if self.breaker.is_paused(anyio.current_time()):
-                return Outcome.transient(f"transport {self.name!r} is paused", charge_attempt=False)
+            now = anyio.current_time()
+            if self.breaker.is_paused(now):
+                return Outcome.transient(f"transport {self.name!r} is paused", charge_attempt=False,
+                                         held_back=True, retry_after_seconds=self.breaker.remaining(now))
             if not may_start():
                 return Outcome.transient("waited too long after the claim to start a send safely",
-                                         charge_attempt=False)
+                                         charge_attempt=False, held_back=True)
             return await self.transport.send(message, delivery)
 
     def observe(self, outcome: Outcome) -> Outcome:

@@ -71,8 +71,16 @@ WITH decided AS (
                 $14::smallint[], $15::text[], $16::text[], $17::text[], $18::text[])
          AS a(delivery_id, attempt, started_at, finished_at, outcome, reply_code, enhanced_code, error, transport, worker)
     WHERE EXISTS (SELECT 1 FROM email_deliveries e WHERE e.id = a.delivery_id)
+    ON CONFLICT (delivery_id, attempt, started_at) DO NOTHING
 )
 SELECT id FROM updated;
+
+-- name: attempts_recorded
+-- Which of these attempts (delivery id, attempt, start) are already written: after a lost COMMIT reply, they were ours.
+SELECT a.delivery_id
+FROM email_delivery_attempts a
+JOIN unnest($1::bigint[], $2::integer[], $3::timestamptz[]) AS w(delivery_id, attempt, started_at)
+  ON a.delivery_id = w.delivery_id AND a.attempt = w.attempt AND a.started_at = w.started_at;
 
 -- name: next_due_at
 -- When the earliest pending row becomes due (null when there is none).

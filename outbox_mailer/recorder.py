@@ -70,8 +70,21 @@ class Recorder:
                     break
                 await anyio.sleep(delay)
                 delay = min(delay * 2, RECONNECT_MAX_SECONDS)
+        if updated is not None and tries > 1:
+            updated |= await self._committed_before(batch, updated)
         for write in batch:
             self._log(write, updated is not None and write.delivery.id in updated)
+
+    async def _committed_before(self, batch: Sequence[OutcomeWrite], updated: set[int]) -> set[int]:
+        """After a retried write: rows the fence refused because an earlier try had committed
+        (the reply was lost with the connection) are ours, not lost claims."""
+        missing = [w for w in batch if w.delivery.id not in updated]
+        if not missing:
+            return set()
+        try:
+            return await (await self._db.claim_session()).attempts_recorded(missing)
+        except DatabaseError:
+            return set()
 
     def _log(self, write: OutcomeWrite, applied: bool) -> None:
         d, t, a = write.delivery, write.transition, write.attempt

@@ -147,6 +147,18 @@ class ClaimSession:
                 rows = await self._conn.fetch(sql("claim_due"), limit, token, worker, list(paused), default_transport)
         return [_delivery(r) for r in rows]
 
+    async def attempts_recorded(self, writes: Sequence[OutcomeWrite]) -> set[int]:
+        """Ids among ``writes`` whose attempt row exists (their outcome was committed before)."""
+        if not writes:
+            return set()
+        async with self._lock:
+            with translate_errors():
+                rows = await self._conn.fetch(
+                    sql("attempts_recorded"), [w.delivery.id for w in writes], [w.attempt.attempt for w in writes],
+                    [w.attempt.started_at for w in writes],
+                )
+        return {r["delivery_id"] for r in rows}
+
     async def relock(self, keys: Sequence[str]) -> list[str]:
         """Take these keys' advisory locks again (after a reconnect); returns the keys someone else holds."""
         if not keys:

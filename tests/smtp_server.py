@@ -11,6 +11,7 @@ which yields the same object)::
         server.drop("DATA")          # read the whole message, close without replying
         server.drop("RCPT")          # close on RCPT: nothing received
         server.delay("DATA", 1.0)    # normal reply, one second late
+        server.fail("MAIL", "451 4.3.0 later", probability=0.1)  # ~10% of MAILs
         ...
         server.messages              # every complete message body the server read
         server.accepted              # ... the ones it answered 2xx
@@ -20,8 +21,22 @@ Faults apply to ``MAIL``, ``RCPT`` (optionally one ``address``) and ``DATA``
 (after the message body was read). A fault's ``reply`` is any ``"CODE text"``
 line; a 2xx reply accepts as usual with that text (e.g. ``"250 2.0.0 Ok:
 queued as 4ABC12"``). Faults are matched in the order added; ``times=N``
-limits one to the first N matching commands. ``disconnect_all()`` closes
-every open connection from the server side (a server dropping idle clients).
+limits one to the first N matching commands; ``probability=p`` applies one
+to a random share ``p`` of the matching commands (``server.rng`` is a seedable
+``random.Random``; a skipped draw does not use up ``times``).
+``disconnect_all()`` closes every open connection from the server side (a
+server dropping idle clients).
+
+Outages: ``server.stop()`` stops listening and closes every connection (the
+port then refuses connections); ``server.stop(finish_transactions=True)``
+closes idle connections at once and busy ones right after the reply that ends
+their mail transaction (a server shutting down cleanly: no message is cut in
+half). ``server.start()`` listens again on the same port, keeping the faults
+and everything recorded so far.
+``running_smtp_server(port=N)`` listens on a chosen port.
+
+``server.received_by_header("X-Test-Key")`` counts the messages read per value
+of a header (``accepted_only=True``: only those answered 2xx).
 
 Keyword arguments of ``running_smtp_server`` go to aiosmtpd's ``Controller``
 and ``SMTP`` (``tls_context=`` to offer STARTTLS, ``ssl_context=`` for
@@ -33,12 +48,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 import socket
 import subprocess
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
+from email.parser import BytesHeaderParser
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +86,7 @@ class Fault:
     drop: bool = False  # close the connection instead of replying
     address: str | None = None  # MAIL/RCPT: only for this address
     times: int | None = None  # only the first N matching commands; None: always
+    probability: float = 1.0  # share of the matching commands it applies to (drawn per command)
 
 
 @dataclass(frozen=True)
@@ -117,6 +136,11 @@ class SmtpTestServer:
         self._connections = 0
         self._max_concurrent = 0
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._controller: _Controller | None = None
+        self._controller_kwargs: dict[str, Any] = {}
+        self._header_cache: dict[str, list[str | None]] = {}
+        self.rng = random.Random()
+        self._closing = False
 
     # -- scripting --------------------------------------------------------
 
@@ -155,6 +179,80 @@ class SmtpTestServer:
                 self._loop.call_soon_threadsafe(srv.transport.close)
         self.wait_until(lambda: not self.open_connections, timeout)
 
+    # -- outages ------------------------------------------------------------
+
+    @property
+    def running(self) -> bool:
+        return self._controller is not None
+
+    def stop(self, timeout: float = 5.0, *, finish_transactions: bool = False) -> None:
+        """Stop listening and close every open connection; the port refuses connections until start().
+
+        ``finish_transactions``: close idle connections now and the others once their
+        current mail transaction has been answered (any still open after ``timeout``
+        are closed anyway).
+        """
+        controller = self._controller
+        if controller is None:
+            return
+        loop = self._loop
+        assert loop is not None
+        server = controller.server
+        if server is not None:
+            loop.call_soon_threadsafe(server.close)  # closes the listening socket at once
+        if finish_transactions:
+            self._closing = True
+            loop.call_soon_threadsafe(self._close_idle)
+            self.wait_until(lambda: not self.open_connections, timeout)
+        with self._lock:
+            servers = list(self._open)
+        for srv in servers:
+            if srv.transport is not None:
+                loop.call_soon_threadsafe(srv.transport.close)
+        self.wait_until(lambda: not self.open_connections, timeout)
+        controller.stop()
+        self._controller = None
+        self._closing = False
+        with self._lock:
+            self._open.clear()
+
+    def _close_idle(self) -> None:
+        """In the server thread: close the connections not inside a mail transaction."""
+        with self._lock:
+            servers = list(self._open)
+        for srv in servers:
+            envelope = srv.envelope
+            if srv.transport is not None and (envelope is None or envelope.mail_from is None):
+                srv.transport.close()
+
+    def _close_after_reply(self, srv: _RecordingSMTP) -> None:
+        """When closing: close ``srv`` right after the reply being sent (the handler has not yielded yet)."""
+        if self._closing and srv.transport is not None:
+            asyncio.get_running_loop().call_soon(srv.transport.close)
+
+    def start(self) -> None:
+        """Listen again on the same port (after stop()), keeping faults and records."""
+        if self._controller is not None:
+            return
+        with self._lock:
+            connections, max_concurrent = self._connections, self._max_concurrent
+        self._start(self.port)
+        # forget the readiness probe of the new controller
+        self.wait_until(lambda: not self.open_connections)
+        with self._lock:
+            self._connections = connections + max(0, self._connections - connections - 1)
+            self._max_concurrent = max_concurrent
+
+    def _start(self, port: int) -> None:
+        controller = _Controller(_Handler(self), hostname=HOST, port=port, **self._controller_kwargs)
+        try:
+            controller.start()
+        except BaseException:
+            with contextlib.suppress(Exception):
+                controller.stop(no_assert=True)
+            raise
+        self._controller, self.port, self._loop = controller, port, controller.loop
+
     # -- what happened ----------------------------------------------------
 
     @property
@@ -191,6 +289,21 @@ class SmtpTestServer:
         with self._lock:
             return self._max_concurrent
 
+    def received_by_header(self, name: str, *, accepted_only: bool = False) -> Counter[str]:
+        """How many messages the server read per value of header ``name`` (absent: not counted)."""
+        messages = self.messages
+        with self._lock:
+            values = self._header_cache.setdefault(name.lower(), [])
+        parser = BytesHeaderParser()
+        for message in messages[len(values):]:
+            value = parser.parsebytes(message.data, headersonly=True).get(name)
+            values.append(None if value is None else str(value).strip())
+        counts: Counter[str] = Counter()
+        for message, value in zip(messages, values, strict=False):
+            if value is not None and (message.accepted or not accepted_only):
+                counts[value] += 1
+        return counts
+
     def wait_until(self, predicate: Any, timeout: float = 2.0) -> bool:
         deadline = time.monotonic() + timeout
         while not predicate():
@@ -207,6 +320,8 @@ class SmtpTestServer:
                 if fault.command != command:
                     continue
                 if fault.address is not None and fault.address != address:
+                    continue
+                if fault.probability < 1.0 and self.rng.random() >= fault.probability:
                     continue
                 if fault.times is not None:
                     if fault.times <= 0:
@@ -260,6 +375,8 @@ class _Handler:
 
     async def handle_MAIL(self, srv, session, envelope, address, mail_options):  # noqa: N802
         self.owner._log(srv, "MAIL", address)
+        if self.owner._closing:  # shutting down: no new transaction
+            await _act(Fault("MAIL", drop=True), srv)
         reply = await _act(self.owner._take("MAIL", address), srv)
         if reply is None or reply.startswith("2"):
             envelope.mail_from = address
@@ -289,10 +406,12 @@ class _Handler:
             )
         )
         await _act(fault, srv)
+        self.owner._close_after_reply(srv)
         return reply
 
     async def handle_RSET(self, srv, session, envelope):  # noqa: N802
         self.owner._log(srv, "RSET")
+        self.owner._close_after_reply(srv)
         return "250 OK"
 
     async def handle_QUIT(self, srv, session, envelope):  # noqa: N802
@@ -323,33 +442,30 @@ class _Controller(Controller):
 
 
 @contextlib.contextmanager
-def running_smtp_server(**kwargs: Any) -> Iterator[SmtpTestServer]:
-    """Start aiosmtpd on 127.0.0.1 and a free port; stop it on exit."""
+def running_smtp_server(port: int | None = None, **kwargs: Any) -> Iterator[SmtpTestServer]:
+    """Start aiosmtpd on 127.0.0.1 and ``port`` (default: a free one); stop it on exit."""
     state = SmtpTestServer()
     kwargs.setdefault("server_hostname", "smtp.example.com")
     kwargs.setdefault("ready_timeout", 5.0)
-    controller = None
-    for _ in range(5):  # the port may be taken between free_port() and bind
-        port = free_port()
-        candidate = _Controller(_Handler(state), hostname=HOST, port=port, **kwargs)
-        try:
-            candidate.start()
-        except (OSError, RuntimeError, TimeoutError):
-            with contextlib.suppress(Exception):
-                candidate.stop(no_assert=True)
-            continue
-        controller, state.port = candidate, port
-        break
-    if controller is None:
+    state._controller_kwargs = kwargs
+    if port is not None:
+        state._start(port)
+    else:
+        for _ in range(5):  # the port may be taken between free_port() and bind
+            try:
+                state._start(free_port())
+            except (OSError, RuntimeError, TimeoutError):
+                continue
+            break
+    if state._controller is None:
         raise RuntimeError("could not start the test SMTP server")
-    state._loop = controller.loop
     # Forget the controller's readiness probe connection.
     state.wait_until(lambda: not state.open_connections)
     state._reset_counters()
     try:
         yield state
     finally:
-        controller.stop()
+        state.stop()
 
 
 @pytest.fixture
