@@ -143,6 +143,19 @@ class RetrySettings(BaseModel):
         return self
 
 
+class PruneSettings(BaseModel):
+    scrub_after_days: float = Field(default=30.0, gt=0)  # final rows: remove bodies, attachments, headers
+    delete_after_days: float = Field(default=365.0, gt=0)  # final rows: delete, with their attempts
+    batch_size: int = Field(default=1000, ge=1, le=100_000)  # rows per short transaction
+    interval_seconds: float | None = Field(default=None, gt=0)  # the daemon prunes this often; None: never
+
+    @model_validator(mode="after")
+    def _scrub_before_delete(self) -> PruneSettings:
+        if self.delete_after_days < self.scrub_after_days:
+            raise ValueError("prune.delete_after_days must not be shorter than prune.scrub_after_days")
+        return self
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix=ENV_PREFIX,
@@ -159,6 +172,7 @@ class Settings(BaseSettings):
     transports: dict[str, TransportSettings] = {}  # more named transports: TRANSPORTS__<NAME>__KIND=...
     default_transport: str = "smtp"  # for rows whose transport is null
     retry: RetrySettings = RetrySettings()
+    prune: PruneSettings = PruneSettings()
     max_attempts: int = Field(default=8, ge=1, le=1000)  # when a row's max_attempts is null
     concurrency: int = Field(default=8, ge=1, le=10_000)  # sends in flight per daemon
     batch_size: int = Field(default=100, ge=1, le=10_000)  # rows per claim

@@ -181,6 +181,39 @@ FROM email_deliveries;
 -- How many rows are not final (pending, sending, in_doubt): the demo waits for zero.
 SELECT count(*) FROM email_deliveries WHERE status IN ('pending', 'sending');
 
+-- name: scrub_batch
+-- Retention: remove bodies, attachments and custom headers of up to $2 final rows last changed before now() - $1 seconds.
+WITH batch AS (
+    SELECT id FROM email_deliveries
+    WHERE scrubbed_at IS NULL AND status IN ('sent', 'failed', 'cancelled')
+      AND updated_at < now() - make_interval(secs => $1)
+    ORDER BY updated_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE email_deliveries d
+SET text_body = '', html_body = NULL, attachments = '[]', headers = '{}', scrubbed_at = now()
+FROM batch WHERE d.id = batch.id;
+
+-- name: delete_batch
+-- Retention: delete up to $2 final rows (and their attempts) last changed before now() - $1 seconds.
+WITH batch AS (
+    SELECT id FROM email_deliveries
+    WHERE status IN ('sent', 'failed', 'cancelled') AND updated_at < now() - make_interval(secs => $1)
+    ORDER BY updated_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM email_deliveries d USING batch WHERE d.id = batch.id;
+
+-- name: count_prunable
+-- How many final rows prune would scrub ($1) and delete ($2), for the progress display.
+SELECT
+    count(*) FILTER (WHERE scrubbed_at IS NULL AND updated_at < now() - make_interval(secs => $1)) AS to_scrub,
+    count(*) FILTER (WHERE updated_at < now() - make_interval(secs => $2)) AS to_delete
+FROM email_deliveries
+WHERE status IN ('sent', 'failed', 'cancelled') AND updated_at < now() - make_interval(secs => least($1, $2));
+
 -- name: ensure_migrations_table
 -- The migration runner's own bookkeeping.
 CREATE TABLE IF NOT EXISTS outbox_mailer_migrations (

@@ -119,6 +119,11 @@ def _delivery(row: asyncpg.Record) -> Delivery:
     )
 
 
+def _affected(status: str) -> int:
+    """Rows affected, from a command tag such as 'UPDATE 42' or 'DELETE 0'."""
+    return int(status.rsplit(" ", 1)[-1])
+
+
 class ClaimSession:
     """The daemon's claiming connection (holds the per-key advisory locks)."""
 
@@ -363,6 +368,26 @@ class Store:
     async def count_unfinished(self) -> int:
         async with self._conn() as conn:
             return int(await conn.fetchval(sql("count_unfinished")))
+
+    async def scrub_batch(self, older_than_seconds: float, limit: int) -> int:
+        """Scrub up to ``limit`` final rows; returns how many (one short transaction)."""
+        async with self._conn() as conn:
+            return _affected(await conn.execute(sql("scrub_batch"), older_than_seconds, limit))
+
+    async def delete_batch(self, older_than_seconds: float, limit: int) -> int:
+        async with self._conn() as conn:
+            return _affected(await conn.execute(sql("delete_batch"), older_than_seconds, limit))
+
+    async def count_prunable(self, scrub_after_seconds: float, delete_after_seconds: float) -> tuple[int, int]:
+        async with self._conn() as conn:
+            row = await conn.fetchrow(sql("count_prunable"), scrub_after_seconds, delete_after_seconds)
+        return int(row["to_scrub"]), int(row["to_delete"])
+
+    async def run_script(self, statements: Sequence[str]) -> None:
+        """Run statements in one transaction (grants)."""
+        async with self._conn() as conn, conn.transaction():
+            for statement in statements:
+                await conn.execute(statement)
 
     async def execute(self, statement: str, *args: Any) -> str:
         """Run an arbitrary statement (tests and the demo)."""

@@ -1,0 +1,48 @@
+"""Retention: scrub the content of old final rows, delete older ones.
+
+Works in batches of short transactions over partial indexes of final rows,
+with ``SKIP LOCKED``, so pending rows and the daemon's claims are never held
+up. The row of a scrubbed email stays, so its status and dedupe key remain
+answerable; only bodies, attachments and custom headers go.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import anyio
+
+from .config import PruneSettings
+from .store import Store
+
+DAY = 86_400.0
+
+
+@dataclass
+class PruneResult:
+    scrubbed: int = 0
+    deleted: int = 0
+
+
+Progress = Callable[[str, int, int], None]  # (phase, done, total)
+
+
+async def prune(store: Store, settings: PruneSettings, progress: Progress | None = None,
+                pause_between_batches: float = 0.0) -> PruneResult:
+    """Scrub, then delete; returns the counts. ``progress`` is called after every batch."""
+    scrub_after = settings.scrub_after_days * DAY
+    delete_after = settings.delete_after_days * DAY
+    to_scrub, to_delete = await store.count_prunable(scrub_after, delete_after) if progress else (0, 0)
+    result = PruneResult()
+    while n := await store.scrub_batch(scrub_after, settings.batch_size):
+        result.scrubbed += n
+        if progress:
+            progress("scrubbed", result.scrubbed, max(to_scrub, result.scrubbed))
+        await anyio.sleep(pause_between_batches)
+    while n := await store.delete_batch(delete_after, settings.batch_size):
+        result.deleted += n
+        if progress:
+            progress("deleted", result.deleted, max(to_delete, result.deleted))
+        await anyio.sleep(pause_between_batches)
+    return result

@@ -1,0 +1,20 @@
+-- Least privilege for outbox-mailer, for people who manage roles themselves.
+-- `outbox-mailer grant --app-role APP --daemon-role DAEMON` runs the same
+-- statements. With psql:
+--   psql -v app_role=myapp -v daemon_role=mailer -f sql/grants/roles.sql
+-- The roles must exist. Not a migration: it is not applied by `migrate`.
+
+-- The application: enqueue (INSERT of the columns it owns) and read status.
+-- No UPDATE, no DELETE: only the daemon changes a row once it is written.
+GRANT USAGE ON SCHEMA public TO :"app_role";
+GRANT SELECT ON email_deliveries, email_delivery_attempts TO :"app_role";
+GRANT INSERT (dedupe_key, from_address, to_addresses, cc_addresses, bcc_addresses, reply_to, subject,
+              text_body, html_body, headers, attachments, metadata, transport, priority, scheduled_at,
+              expires_at, max_attempts)
+    ON email_deliveries TO :"app_role";
+
+-- The daemon (and the operator CLI): claim, record, retry, cancel, prune.
+GRANT USAGE ON SCHEMA public TO :"daemon_role";
+GRANT SELECT, INSERT, UPDATE, DELETE ON email_deliveries TO :"daemon_role";
+GRANT SELECT, INSERT, DELETE ON email_delivery_attempts TO :"daemon_role";
+GRANT SELECT ON outbox_mailer_migrations TO :"daemon_role";

@@ -1,0 +1,155 @@
+"""Least-privilege roles and retention, against a real PostgreSQL."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from urllib.parse import urlsplit, urlunsplit
+
+import anyio
+import asyncpg
+import pytest
+
+from outbox_mailer.config import PruneSettings
+from outbox_mailer.grants import grant_statements
+from outbox_mailer.retention import prune
+from outbox_mailer.store import ClaimSession, Store
+from tests.conftest import psql
+
+pytestmark = pytest.mark.anyio
+
+
+def as_user(url: str, user: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(netloc=f"{user}@{parts.hostname}:{parts.port}"))
+
+
+@pytest.fixture
+def roles(db_url: str) -> Iterator[tuple[str, str]]:
+    app, daemon = f"app_{uuid.uuid4().hex[:8]}", f"mailer_{uuid.uuid4().hex[:8]}"
+    psql(db_url, f"CREATE ROLE {app} LOGIN; CREATE ROLE {daemon} LOGIN")
+    yield app, daemon
+    psql(db_url, f"DROP OWNED BY {app}, {daemon}; DROP ROLE {app}; DROP ROLE {daemon}")
+
+
+INSERT = ("INSERT INTO email_deliveries (dedupe_key, to_addresses, subject, text_body) "
+          "VALUES ($1, ARRAY['a@example.com'], 's', 'b') ON CONFLICT (dedupe_key) DO NOTHING")
+
+
+async def test_app_role_inserts_and_reads_but_cannot_change_a_row(db_url: str, roles: tuple[str, str]) -> None:
+    app, daemon = roles
+    store = await Store.open(db_url)
+    await store.run_script(grant_statements(app, daemon))
+    await store.close()
+    conn = await asyncpg.connect(as_user(db_url, app))
+    try:
+        await conn.execute(INSERT, "k1")
+        await conn.execute(INSERT, "k1")  # idempotent enqueue works with INSERT privilege alone
+        assert await conn.fetchval("SELECT status FROM email_deliveries WHERE dedupe_key = 'k1'") == "pending"
+        for statement in (
+            "UPDATE email_deliveries SET status = 'cancelled' WHERE dedupe_key = 'k1'",
+            "DELETE FROM email_deliveries WHERE dedupe_key = 'k1'",
+            "INSERT INTO email_deliveries (dedupe_key, to_addresses, subject, text_body, status, sent_at) "
+            "VALUES ('forged', ARRAY['a@example.com'], 's', 'b', 'sent', now())",
+        ):
+            with pytest.raises(asyncpg.InsufficientPrivilegeError):
+                await conn.execute(statement)
+    finally:
+        await conn.close()
+
+
+async def test_daemon_role_can_claim_and_record(db_url: str, roles: tuple[str, str]) -> None:
+    app, daemon = roles
+    store = await Store.open(db_url)
+    await store.run_script(grant_statements(app, daemon))
+    await store.execute(INSERT, "k1")
+    await store.close()
+    session = await ClaimSession.open(as_user(db_url, daemon))
+    try:
+        [delivery] = await session.claim_due(10, "w")
+        assert delivery.dedupe_key == "k1"
+    finally:
+        await session.close()
+
+
+def test_grant_refuses_unsafe_role_names() -> None:
+    from outbox_mailer.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError):
+        grant_statements('x"; DROP TABLE email_deliveries; --', "mailer")
+
+
+async def aged_rows(store: Store, prefix: str, n: int, status: str, age: str) -> None:
+    sent_at = "now()" if status == "sent" else "NULL"
+    await store.execute(
+        "INSERT INTO email_deliveries (dedupe_key, to_addresses, subject, text_body, html_body, attachments, "
+        f"headers, status, sent_at) SELECT $1 || g, ARRAY['a@example.com'], 's', 'secret body', '<p>x</p>', "
+        f"""'[{{"filename": "a.txt", "content_type": "text/plain", "content_base64": "eA=="}}]', """
+        f"""'{{"X-A": "1"}}', '{status}', {sent_at} FROM generate_series(1, $2) g""",
+        prefix, n,
+    )
+    await store.execute(f"UPDATE email_deliveries SET updated_at = now() - interval '{age}' "
+                        "WHERE dedupe_key LIKE $1 || '%'", prefix)
+
+
+async def test_prune_scrubs_then_deletes_only_old_final_rows(db_url: str) -> None:
+    store = await Store.open(db_url)
+    try:
+        await aged_rows(store, "recent", 3, "sent", "1 day")
+        await aged_rows(store, "month", 4, "failed", "40 days")
+        await aged_rows(store, "ancient", 5, "sent", "400 days")
+        await store.execute("INSERT INTO email_deliveries (dedupe_key, to_addresses, subject, text_body) "
+                            "VALUES ('waiting', ARRAY['a@example.com'], 's', 'keep me')")
+        await store.execute("UPDATE email_deliveries SET updated_at = now() - interval '500 days' "
+                            "WHERE dedupe_key = 'waiting'")
+        seen: list[tuple[str, int, int]] = []
+        result = await prune(store, PruneSettings(batch_size=2), progress=lambda *a: seen.append(a))
+        assert (result.scrubbed, result.deleted) == (9, 5)
+        rows = {r["dedupe_key"]: r for r in await store.fetch("SELECT * FROM email_deliveries")}
+        assert not any(k.startswith("ancient") for k in rows)
+        month = rows["month1"]
+        assert month["status"] == "failed" and month["text_body"] == "" and month["html_body"] is None
+        assert month["attachments"] == [] and month["headers"] == {} and month["scrubbed_at"] is not None
+        assert rows["recent1"]["text_body"] == "secret body"
+        assert rows["waiting"]["text_body"] == "keep me", "non-final rows are never pruned"
+        assert seen[-1][0] == "deleted" and seen[-1][1] == seen[-1][2] == 5
+        assert await prune(store, PruneSettings()) == type(result)(0, 0)
+    finally:
+        await store.close()
+
+
+async def test_pending_rows_are_claimed_while_prune_runs_over_200000_rows(db_url: str) -> None:
+    store = await Store.open(db_url)
+    try:
+        await aged_rows(store, "old", 200_000, "sent", "400 days")
+        await store.execute("INSERT INTO email_deliveries (dedupe_key, to_addresses, subject, text_body) "
+                            "SELECT 'p' || g, ARRAY['a@example.com'], 's', 'b' FROM generate_series(1, 2000) g")
+        claim_waits: list[float] = []
+        done = anyio.Event()
+
+        async def claimer() -> None:
+            session = await ClaimSession.open(db_url)
+            try:
+                while True:
+                    started = time.perf_counter()
+                    batch = await session.claim_due(50, "w")
+                    claim_waits.append(time.perf_counter() - started)
+                    if not batch:
+                        break
+                    await anyio.sleep(0.005)
+            finally:
+                await session.close()
+                done.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(prune, store, PruneSettings(batch_size=1000))
+            tg.start_soon(claimer)
+        stats = await store.stats()
+        assert stats["pending"] == 0 and stats["sending"] == 2000
+        assert (await store.fetch("SELECT count(*) AS n FROM email_deliveries WHERE dedupe_key LIKE 'old%'"))[0]["n"] == 0
+        claim_waits.sort()
+        print(f"claims during prune: n={len(claim_waits)} median={claim_waits[len(claim_waits) // 2] * 1000:.1f} ms "
+              f"max={claim_waits[-1] * 1000:.1f} ms")
+    finally:
+        await store.close()
