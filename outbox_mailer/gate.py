@@ -69,8 +69,8 @@ class TransportGate:
                 outcome, charge_attempt=False,
                 retry_after_seconds=max(outcome.pause_seconds, outcome.retry_after_seconds or 0),
             )
-        if self.limiter is not None and outcome.retry_after_seconds and outcome.kind is OutcomeKind.TRANSIENT:
-            self.limiter.hold_off(outcome.retry_after_seconds)  # a 429 slows every send of this transport
+        if self.limiter is not None and outcome.retry_after_seconds and outcome.reply_code == 429:
+            self.limiter.hold_off(outcome.retry_after_seconds)  # "too many requests" slows every send of it
         if is_unreachable(outcome):
             was_paused = self.breaker.is_paused(now)
             pause = self.breaker.unreachable(now)

@@ -35,7 +35,14 @@ from aiosmtplib import (
 from aiosmtplib.email import parse_address
 
 from ..config import SmtpSettings
-from ..delivery import ComposedMessage, Delivery, Outcome, OutcomeKind, RefusedRecipient, idempotency_key
+from ..delivery import (
+    ComposedMessage,
+    Delivery,
+    Outcome,
+    OutcomeKind,
+    RefusedRecipient,
+    idempotency_key,
+)
 from ..errors import TransportUnavailable
 
 __all__ = ["SmtpTransport", "classify_reply"]

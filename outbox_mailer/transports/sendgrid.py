@@ -1,0 +1,123 @@
+"""SendGrid (https://sendgrid.com): ``POST /v3/mail/send``. Pure: no I/O.
+
+SendGrid has no idempotency key: a 5xx or a timeout leaves the outcome unknown, and
+the ambiguous-outcome policy (``OUTBOX_MAILER_IN_DOUBT``) decides.
+
+Answers:
+
+=============================  ==================================================
+202 (any 2xx)                  sent, ``provider_message_id`` = ``X-Message-Id``
+401, 403                       pause (credentials refused), not charged
+429                            transient, Retry-After or ``X-RateLimit-Reset`` honoured
+400, 413, other 4xx            permanent
+5xx                            ambiguous (the in_doubt policy decides)
+=============================  ==================================================
+"""
+
+from __future__ import annotations
+
+import base64
+from datetime import datetime
+from typing import Any
+
+from ..delivery import Delivery, MessageFields, Outcome
+from . import (
+    ApiRequest,
+    ApiResponse,
+    KeyedApi,
+    auth_pause,
+    json_body,
+    one_line,
+    parse_retry_after,
+    split_address,
+    string_values,
+)
+
+
+def mailbox(display: str) -> dict[str, str]:
+    name, address = split_address(display)
+    return {"email": address, "name": name} if name else {"email": address}
+
+
+def _error(response: ApiResponse) -> str:
+    body = response.json()
+    if isinstance(body, dict) and isinstance(body.get("errors"), list):
+        parts = []
+        for err in body["errors"]:
+            if isinstance(err, dict):
+                where = f"{err['field']}: " if err.get("field") else ""
+                parts.append(f"{where}{err.get('message') or ''}")
+        if parts:
+            return one_line("; ".join(parts))
+    return response.text()
+
+
+def retry_after(response: ApiResponse, now: datetime) -> float | None:
+    """Retry-After, else ``X-RateLimit-Reset`` (a Unix time) as seconds from now."""
+    seconds = parse_retry_after(response.header("retry-after"), now)
+    if seconds is not None:
+        return seconds
+    reset = response.header("x-ratelimit-reset")
+    try:
+        return max(0.0, float(reset) - now.timestamp()) if reset else None
+    except ValueError:
+        return None
+
+
+class SendGridApi(KeyedApi):
+    kind = "sendgrid"
+    idempotency_window_seconds: float | None = None
+
+    def build(self, fields: MessageFields, delivery: Delivery, message_id: str, key: str,
+              now: datetime) -> ApiRequest:
+        personalization: dict[str, Any] = {"to": [mailbox(a) for a in fields.to]}
+        if fields.cc:
+            personalization["cc"] = [mailbox(a) for a in fields.cc]
+        if fields.bcc:
+            personalization["bcc"] = [mailbox(a) for a in fields.bcc]
+        content = []
+        if fields.text is not None:
+            content.append({"type": "text/plain", "value": fields.text})
+        if fields.html is not None:
+            content.append({"type": "text/html", "value": fields.html})
+        document: dict[str, Any] = {
+            "personalizations": [personalization],
+            "from": mailbox(fields.from_address),
+            "subject": fields.subject,
+            "content": content,
+        }
+        if fields.reply_to is not None:
+            document["reply_to"] = mailbox(fields.reply_to)
+        if fields.attachments:
+            document["attachments"] = [
+                {"content": base64.b64encode(a.content).decode("ascii"), "filename": a.filename,
+                 "type": a.content_type, "disposition": "attachment"}
+                for a in fields.attachments
+            ]
+        if fields.headers:
+            document["headers"] = dict(fields.headers)
+        custom_args = string_values(delivery.metadata)
+        if custom_args:
+            document["custom_args"] = custom_args
+        headers = {**self._headers(), "Content-Type": "application/json"}
+        return ApiRequest("POST", f"{self.base_url}/v3/mail/send", headers, json_body(document))
+
+    def interpret(self, response: ApiResponse, delivery: Delivery, now: datetime) -> Outcome:
+        status = response.status
+        if 200 <= status < 300:
+            return Outcome.sent(response.header("x-message-id") or None, reply_code=status)
+        message = _error(response)
+        described = f"HTTP {status}: {message}"
+        if status in (401, 403):
+            return auth_pause(response, message, self.auth_pause_seconds)
+        if status == 429:
+            return Outcome.transient(described, reply_code=status, retry_after_seconds=retry_after(response, now))
+        if 400 <= status < 500:
+            return Outcome.permanent(described, reply_code=status)
+        if status >= 500:
+            return Outcome.ambiguous(f"{described}; SendGrid may have accepted the message (no idempotency key)",
+                                     reply_code=status)
+        return Outcome.transient(f"unexpected answer {described}", reply_code=status)
+
+    def check_request(self) -> ApiRequest:
+        return ApiRequest("GET", f"{self.base_url}/v3/scopes", self._headers())
