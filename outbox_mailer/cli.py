@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import sys
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
@@ -30,6 +29,7 @@ from .errors import (
     SchemaMismatch,
     TransportUnavailable,
 )
+from .logs import LOG_FORMATS, configure_logging
 from .migrations import expected_schema_version, load_migrations
 from .store import Store
 
@@ -89,17 +89,21 @@ def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     from .daemon import Daemon
-    from .transports.smtp import SmtpTransport
+    from .systemd import SystemdNotifier
+    from .transports import build_transports
 
     settings.require_database_url()
 
     async def go() -> int:
-        smtp = SmtpTransport(settings.smtp)
+        transports = build_transports(settings)
         try:
-            await Daemon(settings, {"smtp": smtp}).run(handle_signals=True)
+            await Daemon(settings, transports, default_transport=settings.default_transport,
+                         notifier=SystemdNotifier()).run(
+                handle_signals=True)
         finally:
             with anyio.CancelScope(shield=True):
-                await smtp.aclose()
+                for transport in transports.values():
+                    await transport.aclose()
         return EXIT_OK
 
     return anyio.run(go)
@@ -250,7 +254,7 @@ def cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_check(args: argparse.Namespace, settings: Settings) -> int:
-    from .transports.smtp import SmtpTransport
+    from .transports import build_transports
 
     def report(check: str, ok: bool, detail: Any) -> None:
         if args.json:
@@ -272,14 +276,17 @@ def cmd_check(args: argparse.Namespace, settings: Settings) -> int:
         except DatabaseError as exc:
             report("database", False, str(exc))
             code = EXIT_UNREACHABLE
-        smtp = SmtpTransport(settings.smtp)
+        transports = build_transports(settings)
         try:
-            report("smtp", True, await smtp.check())
-        except TransportUnavailable as exc:
-            report("smtp", False, str(exc))
-            code = EXIT_UNREACHABLE
+            for name, transport in transports.items():
+                try:
+                    report(name, True, await transport.check())
+                except TransportUnavailable as exc:
+                    report(name, False, str(exc))
+                    code = EXIT_UNREACHABLE
         finally:
-            await smtp.aclose()
+            for transport in transports.values():
+                await transport.aclose()
         return code
 
     return anyio.run(go)
@@ -298,6 +305,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="outbox-mailer", description=__doc__.split("\n")[0].strip("`"))
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    parser.add_argument("--log-format", default="text", choices=list(LOG_FORMATS),
+                        help="text (with <N> priority prefixes under journald) or one JSON object per line")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("migrate", help="create or upgrade the schema (idempotent)")
@@ -356,8 +365,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(args.log_level, args.log_format)
     try:
         settings = load_settings() if args.command != "demo" else Settings()
         return args.func(args, settings)
@@ -371,6 +379,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(exc, EXIT_NOTHING)
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `outbox-mailer ... | head`: the reader left; not an error of ours
+        sys.stderr.close()
+        return EXIT_OK
 
 
 def _fail(exc: Exception, code: int) -> int:

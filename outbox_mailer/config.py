@@ -13,7 +13,12 @@ import os
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, SecretStr, ValidationError, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    NestedSecretsSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 
 from .errors import ConfigurationError
 
@@ -187,6 +192,21 @@ class Settings(BaseSettings):
     message_id_secret: SecretStr | None = None  # HMAC key for Message-IDs; keep it stable
     worker_name: str | None = None  # recorded with each attempt; None: host:pid
     debug_wedge_file: str | None = None  # tests only: while this file exists the claim loop stops (watchdog test)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # Secret files are named like the variables without the prefix, nested with "__":
+        # $CREDENTIALS_DIRECTORY/smtp__password -> smtp.password (pydantic-settings' default
+        # source wants "outbox_mailer_smtp" holding JSON instead).
+        secrets = NestedSecretsSettingsSource(file_secret_settings, secrets_prefix="", secrets_nested_delimiter="__")
+        return init_settings, env_settings, dotenv_settings, secrets
 
     def all_transports(self) -> dict[str, SmtpSettings | ApiTransportSettings]:
         return {"smtp": self.smtp, **self.transports}
