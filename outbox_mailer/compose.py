@@ -50,7 +50,12 @@ from outbox_mailer.addresses import (
     parse_address,
     parse_address_list,
 )
-from outbox_mailer.delivery import AttachmentFields, ComposedMessage, Delivery, MessageFields
+from outbox_mailer.delivery import (
+    AttachmentFields,
+    ComposedMessage,
+    Delivery,
+    MessageFields,
+)
 from outbox_mailer.errors import CompositionError
 
 __all__ = ["compose", "message_id_for"]
