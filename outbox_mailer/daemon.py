@@ -28,6 +28,7 @@ import signal
 import socket
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
+from typing import Protocol
 
 import anyio
 from anyio.abc import TaskGroup
@@ -75,6 +76,14 @@ def build_gates(settings: Settings, transports: Mapping[str, Transport]) -> dict
     return gates
 
 
+class DaemonObserver(Protocol):
+    """What the daemon reports as it works (metrics)."""
+
+    def claimed(self, batch_size: int) -> None: ...
+
+    def recorded(self, write: OutcomeWrite, applied: bool) -> None: ...
+
+
 class Daemon:
     def __init__(
         self,
@@ -85,6 +94,7 @@ class Daemon:
         clock: Callable[[], datetime] = utc_now,
         rng: random.Random | None = None,
         notifier: SystemdNotifier | None = None,
+        observer: DaemonObserver | None = None,
     ) -> None:
         self.settings = settings
         self.transports = dict(transports)
@@ -103,6 +113,7 @@ class Daemon:
         self.gates = build_gates(settings, self.transports)
         self.notifier = notifier or SystemdNotifier({})
         self._last_beat = -math.inf
+        self._last_loop = self._last_claim_ok = -math.inf
         self._last_status = -math.inf
         self._pending: int | None = None
         self._url = settings.require_database_url()
@@ -113,7 +124,9 @@ class Daemon:
         self._slot_freed = anyio.Event()
         self._db = DaemonSessions(self._url, on_notify=self._wake_up, held_keys=lambda: [k for k, _ in self._held.values()],
                                   stopping=self._stopping)
-        self.recorder = Recorder(self._db, self._stopping, self._recorded)
+        self.observer = observer
+        self.recorder = Recorder(self._db, self._stopping, self._recorded,
+                                 observer.recorded if observer is not None else None)
 
     # ---- lifecycle -------------------------------------------------------------
 
@@ -130,6 +143,17 @@ class Daemon:
     @property
     def reconnects(self) -> int:
         return self._db.reconnects
+
+    def health(self) -> dict[str, object]:
+        """For /healthz and /readyz: is the loop turning, is the database answering, what is paused."""
+        now = anyio.current_time()
+        beat_every = min(self.settings.poll_interval_seconds, self.notifier.watchdog_interval_seconds or math.inf)
+        return {
+            "loop_alive": now - self._last_loop <= 2 * beat_every + 1,
+            "database": now - self._last_claim_ok <= 2 * self.settings.poll_interval_seconds + 5,
+            "paused_transports": sorted(self._paused()),
+            "in_flight": len(self._held),
+        }
 
     async def run(self, *, handle_signals: bool = False) -> None:
         await self._check_schema()
@@ -231,6 +255,9 @@ class Daemon:
                     await self._db.failed(exc)
                 continue
             claimed = anyio.current_time()
+            self._last_claim_ok = claimed
+            if self.observer is not None:
+                self.observer.claimed(len(batch))
             for delivery in batch:
                 self._held[delivery.id] = (delivery.dedupe_key, claimed)
                 sends.start_soon(self._send_one, delivery)
@@ -270,7 +297,7 @@ class Daemon:
 
     def _beat(self) -> None:
         """WATCHDOG=1 (and a STATUS line) from the loop itself, so a wedged loop stops the pings."""
-        now = anyio.current_time()
+        now = self._last_loop = anyio.current_time()
         interval = self.notifier.watchdog_interval_seconds
         if interval is not None and now - self._last_beat >= interval * 0.9:
             self.notifier.watchdog()

@@ -28,10 +28,12 @@ COUNTED = {Status.SENT: "sent", Status.FAILED: "failed", Status.PENDING: "retrie
 
 class Recorder:
     def __init__(self, db: DaemonSessions, stopping: anyio.Event,
-                 on_recorded: Callable[[Sequence[OutcomeWrite]], None]) -> None:
+                 on_recorded: Callable[[Sequence[OutcomeWrite]], None],
+                 observe: Callable[[OutcomeWrite, bool], None] | None = None) -> None:
         self._db = db
         self._stopping = stopping
         self._on_recorded = on_recorded  # called after each batch from the stream (frees send slots)
+        self._observe = observe  # called for every write, with whether it applied (metrics)
         self.counts = {"sent": 0, "failed": 0, "retried": 0, "in_doubt": 0, "claim_lost": 0}
         self.inbox, self._outbox = anyio.create_memory_object_stream[OutcomeWrite](math.inf)
 
@@ -87,6 +89,8 @@ class Recorder:
             return set()
 
     def _log(self, write: OutcomeWrite, applied: bool) -> None:
+        if self._observe is not None:
+            self._observe(write, applied)
         d, t, a = write.delivery, write.transition, write.attempt
         if not applied:
             self.counts["claim_lost"] += 1

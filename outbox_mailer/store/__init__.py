@@ -1,0 +1,16 @@
+"""The database edge: the only package that imports asyncpg.
+
+* :class:`Store` (``admin.py``) – short operations on a small pool (CLI, migrate, enqueue, prune).
+* :class:`ClaimSession` (``claims.py``) – the daemon's claiming connection. Advisory locks
+  are session level, so claims, outcome writes and unlocks all run on this one
+  connection, one statement at a time.
+* :class:`Listener` (``claims.py``) – a connection that LISTENs for the insert trigger.
+
+asyncpg errors are translated here (``connection.py``) into :mod:`outbox_mailer.errors`.
+"""
+
+from .admin import Store
+from .claims import AttemptRecord, ClaimSession, Listener, OutcomeWrite
+from .connection import CHANNEL, translate_errors
+
+__all__ = ["CHANNEL", "AttemptRecord", "ClaimSession", "Listener", "OutcomeWrite", "Store", "translate_errors"]

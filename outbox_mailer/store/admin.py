@@ -1,0 +1,151 @@
+"""Short operations on a small connection pool: the CLI, migrations, enqueue, retention."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import asyncpg
+
+from ..errors import InvalidTransition, NotFound, SchemaMismatch
+from ..migrations import Migration
+from ..queries import sql
+from .connection import affected, init_connection, translate_errors
+
+
+class Store:
+    """Short operations on a small connection pool."""
+
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self._pool = pool
+
+    @classmethod
+    async def open(cls, url: str, *, max_size: int = 4, timeout: float = 10.0) -> Store:
+        with translate_errors():
+            pool = await asyncpg.create_pool(
+                url, min_size=1, max_size=max_size, timeout=timeout, init=init_connection,
+                server_settings={"application_name": "outbox-mailer"},
+            )
+        return cls(pool)
+
+    async def close(self) -> None:
+        with contextlib.suppress(Exception):
+            await self._pool.close()
+
+    @contextlib.asynccontextmanager
+    async def _conn(self) -> AsyncIterator[asyncpg.Connection]:
+        with translate_errors():
+            async with self._pool.acquire() as conn:
+                yield conn
+
+    async def migrate(self, migrations: Sequence[Migration]) -> list[Migration]:
+        """Apply what is missing, in one transaction, serialised by an advisory lock."""
+        async with self._conn() as conn, conn.transaction():
+            await conn.execute(sql("lock_migrations"))
+            await conn.execute(sql("ensure_migrations_table"))
+            applied = {r["version"]: r for r in await conn.fetch(sql("applied_migrations"))}
+            done: list[Migration] = []
+            for m in migrations:
+                if m.version in applied:
+                    if applied[m.version]["checksum"] != m.checksum:
+                        raise SchemaMismatch(
+                            f"migration {m.name} was applied with different contents (checksum mismatch); "
+                            "migrations are forward-only: add a new file instead of editing an applied one"
+                        )
+                    continue
+                await conn.execute(m.sql)
+                await conn.execute(sql("record_migration"), m.version, m.name, m.checksum)
+                done.append(m)
+            return done
+
+    async def schema_version(self) -> int | None:
+        async with self._conn() as conn:
+            try:
+                return await conn.fetchval(sql("schema_version"))
+            except asyncpg.exceptions.UndefinedTableError:
+                return None
+
+    async def enqueue(self, email: dict[str, Any]) -> int | None:
+        """Insert one email; None when the dedupe key already exists."""
+        async with self._conn() as conn:
+            return await conn.fetchval(
+                sql("enqueue"),
+                email["dedupe_key"], email.get("from_address"), email["to_addresses"],
+                email.get("cc_addresses") or [], email.get("bcc_addresses") or [], email.get("reply_to"),
+                email["subject"], email.get("text_body"), email.get("html_body"), email.get("headers") or {},
+                email.get("attachments") or [], email.get("metadata") or {}, email.get("transport"),
+                email.get("priority") or 0, email.get("scheduled_at"), email.get("expires_at"),
+                email.get("max_attempts"),
+            )
+
+    async def status(self, keys: Sequence[str]) -> list[dict[str, Any]]:
+        async with self._conn() as conn:
+            rows = await conn.fetch(sql("status_by_keys"), list(keys))
+        return [dict(r) for r in rows]
+
+    async def attempts(self, delivery_id: int) -> list[dict[str, Any]]:
+        async with self._conn() as conn:
+            return [dict(r) for r in await conn.fetch(sql("attempts_of"), delivery_id)]
+
+    async def retry(self, key: str, extra_attempts: int) -> None:
+        await self._transition(key, "retry", (key, extra_attempts))
+
+    async def cancel(self, key: str) -> None:
+        await self._transition(key, "cancel", (key,))
+
+    async def resolve(self, key: str, status: str) -> None:
+        """Settle an in_doubt row as 'sent' or 'failed'."""
+        if status not in ("sent", "failed"):
+            raise ValueError("resolve to 'sent' or 'failed'")
+        await self._transition(key, "resolve", (key, status))
+
+    async def _transition(self, key: str, name: str, args: tuple[Any, ...]) -> None:
+        async with self._conn() as conn:
+            if await conn.fetchval(sql(name), *args) is not None:
+                return
+            status = await conn.fetchval(sql("status_of"), key)
+        if status is None:
+            raise NotFound(key)
+        raise InvalidTransition(key, status, name)
+
+    async def stats(self) -> dict[str, Any]:
+        async with self._conn() as conn:
+            row = await conn.fetchrow(sql("stats"))
+        data = dict(row)
+        age = data["oldest_due_age_seconds"]
+        data["oldest_due_age_seconds"] = float(age) if age is not None else None
+        return data
+
+    async def count_unfinished(self) -> int:
+        async with self._conn() as conn:
+            return int(await conn.fetchval(sql("count_unfinished")))
+
+    async def scrub_batch(self, older_than_seconds: float, limit: int) -> int:
+        """Scrub up to ``limit`` final rows; returns how many (one short transaction)."""
+        async with self._conn() as conn:
+            return affected(await conn.execute(sql("scrub_batch"), older_than_seconds, limit))
+
+    async def delete_batch(self, older_than_seconds: float, limit: int) -> int:
+        async with self._conn() as conn:
+            return affected(await conn.execute(sql("delete_batch"), older_than_seconds, limit))
+
+    async def count_prunable(self, scrub_after_seconds: float, delete_after_seconds: float) -> tuple[int, int]:
+        async with self._conn() as conn:
+            row = await conn.fetchrow(sql("count_prunable"), scrub_after_seconds, delete_after_seconds)
+        return int(row["to_scrub"]), int(row["to_delete"])
+
+    async def run_script(self, statements: Sequence[str]) -> None:
+        """Run statements in one transaction (grants)."""
+        async with self._conn() as conn, conn.transaction():
+            for statement in statements:
+                await conn.execute(statement)
+
+    async def execute(self, statement: str, *args: Any) -> str:
+        """Run an arbitrary statement (tests and the demo)."""
+        async with self._conn() as conn:
+            return await conn.execute(statement, *args)
+
+    async def fetch(self, statement: str, *args: Any) -> list[dict[str, Any]]:
+        async with self._conn() as conn:
+            return [dict(r) for r in await conn.fetch(statement, *args)]

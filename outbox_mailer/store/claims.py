@@ -1,0 +1,204 @@
+"""The daemon's sessions: claiming (with its advisory locks) and LISTEN."""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+import anyio
+import asyncpg
+
+from ..decide import Transition
+from ..delivery import Delivery, OutcomeKind
+from ..queries import sql
+from .connection import CHANNEL, connect, translate_errors
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptRecord:
+    """One attempt, as written to email_delivery_attempts."""
+
+    attempt: int
+    started_at: datetime
+    finished_at: datetime
+    outcome: OutcomeKind
+    reply_code: int | None
+    enhanced_code: str | None
+    error: str | None
+    transport: str
+    worker: str
+
+
+@dataclass(frozen=True, slots=True)
+class OutcomeWrite:
+    delivery: Delivery
+    transition: Transition
+    attempt: AttemptRecord
+
+
+def _delivery(row: asyncpg.Record) -> Delivery:
+    return Delivery(
+        id=row["id"],
+        dedupe_key=row["dedupe_key"],
+        claim_token=row["claim_token"],
+        attempts=row["attempts"],
+        max_attempts=row["max_attempts"],
+        from_address=row["from_address"],
+        to_addresses=tuple(row["to_addresses"]),
+        cc_addresses=tuple(row["cc_addresses"]),
+        bcc_addresses=tuple(row["bcc_addresses"]),
+        reply_to=row["reply_to"],
+        subject=row["subject"],
+        text_body=row["text_body"],
+        html_body=row["html_body"],
+        headers=row["headers"],
+        attachments=row["attachments"],
+        metadata=row["metadata"],
+        transport=row["transport"],
+        priority=row["priority"],
+        scheduled_at=row["scheduled_at"],
+        expires_at=row["expires_at"],
+        created_at=row["created_at"],
+        first_attempt_at=row["first_attempt_at"],
+    )
+
+
+class ClaimSession:
+    """The daemon's claiming connection (holds the per-key advisory locks)."""
+
+    def __init__(self, conn: asyncpg.Connection) -> None:
+        self._conn = conn
+        self._lock = anyio.Lock()
+
+    @classmethod
+    async def open(cls, url: str, *, timeout: float = 10.0) -> ClaimSession:
+        return cls(await connect(url, timeout))
+
+    async def close(self) -> None:
+        """Closing the session releases every advisory lock it holds."""
+        with contextlib.suppress(Exception):
+            await self._conn.close(timeout=5)
+
+    def is_closed(self) -> bool:
+        return self._conn.is_closed()
+
+    async def claim_due(
+        self, limit: int, worker: str, *, paused: Sequence[str] = (), default_transport: str = "smtp"
+    ) -> list[Delivery]:
+        token = uuid.uuid4()
+        async with self._lock:
+            with translate_errors():
+                rows = await self._conn.fetch(sql("claim_due"), limit, token, worker, list(paused), default_transport)
+        return [_delivery(r) for r in rows]
+
+    async def attempts_recorded(self, writes: Sequence[OutcomeWrite]) -> set[int]:
+        """Ids among ``writes`` whose attempt row exists (their outcome was committed before)."""
+        if not writes:
+            return set()
+        async with self._lock:
+            with translate_errors():
+                rows = await self._conn.fetch(
+                    sql("attempts_recorded"), [w.delivery.id for w in writes], [w.attempt.attempt for w in writes],
+                    [w.attempt.started_at for w in writes],
+                )
+        return {r["delivery_id"] for r in rows}
+
+    async def relock(self, keys: Sequence[str]) -> list[str]:
+        """Take these keys' advisory locks again (after a reconnect); returns the keys someone else holds."""
+        if not keys:
+            return []
+        async with self._lock:
+            with translate_errors():
+                return [r["dedupe_key"] for r in await self._conn.fetch(sql("relock"), list(keys))]
+
+    async def record_outcomes(self, writes: Sequence[OutcomeWrite], *, release: bool = True) -> set[int]:
+        """Apply transitions fenced on the claim, then (``release``) unlock their keys.
+
+        Both statements run back to back on this session with nothing between
+        them. Returns the ids whose claim was still ours.
+        """
+        if not writes:
+            return set()
+        t = [w.transition for w in writes]
+        a = [w.attempt for w in writes]
+        ids = [w.delivery.id for w in writes]
+        args = (
+            ids,
+            [w.delivery.claim_token for w in writes],
+            [x.status.value for x in t],
+            [x.scheduled_at for x in t],
+            [x.last_error for x in t],
+            [x.provider_message_id for x in t],
+            [x.sent_at for x in t],
+            [1 if x.refund_attempt else 0 for x in t],
+            ids,
+            [x.attempt for x in a],
+            [x.started_at for x in a],
+            [x.finished_at for x in a],
+            [x.outcome.value for x in a],
+            [x.reply_code for x in a],
+            [x.enhanced_code for x in a],
+            [x.error for x in a],
+            [x.transport for x in a],
+            [x.worker for x in a],
+        )
+        async with self._lock:
+            with translate_errors():
+                rows = await self._conn.fetch(sql("record_outcomes"), *args)
+                if release:
+                    await self._conn.fetchval(sql("release_locks"), [w.delivery.dedupe_key for w in writes])
+        return {r["id"] for r in rows}
+
+    async def release_locks(self, keys: Sequence[str]) -> int:
+        if not keys:
+            return 0
+        async with self._lock:
+            with translate_errors():
+                return int(await self._conn.fetchval(sql("release_locks"), list(keys)))
+
+    async def count_pending(self) -> int:
+        async with self._lock:
+            with translate_errors():
+                return int(await self._conn.fetchval(sql("count_pending")))
+
+    async def next_due_at(self) -> datetime | None:
+        async with self._lock:
+            with translate_errors():
+                return await self._conn.fetchval(sql("next_due_at"))
+
+    async def find_dead_claims(
+        self, older_than_seconds: float, limit: int, *, own: Sequence[int] = ()
+    ) -> list[tuple[Delivery, datetime, str]]:
+        """Claims whose holder is gone: (delivery, claimed_at, claimed_by), each now locked by this session.
+
+        ``own``: ids this session claimed itself (a session's advisory locks are
+        re-entrant, so they would look free to it).
+        """
+        async with self._lock:
+            with translate_errors():
+                rows = await self._conn.fetch(sql("find_dead_claims"), older_than_seconds, limit, list(own))
+        return [(_delivery(r), r["claimed_at"], r["claimed_by"]) for r in rows]
+
+
+class Listener:
+    """LISTENs on the trigger's channel; calls ``on_notify()`` for every notification."""
+
+    def __init__(self, conn: asyncpg.Connection) -> None:
+        self._conn = conn
+
+    @classmethod
+    async def open(cls, url: str, on_notify: Callable[[], None], *, timeout: float = 10.0) -> Listener:
+        conn = await connect(url, timeout)
+        with translate_errors():
+            await conn.add_listener(CHANNEL, lambda *_: on_notify())
+        return cls(conn)
+
+    def is_closed(self) -> bool:
+        return self._conn.is_closed()
+
+    async def close(self) -> None:
+        with contextlib.suppress(Exception):
+            await self._conn.close(timeout=5)
