@@ -8,6 +8,7 @@ prints one JSON object per line.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import uuid
@@ -17,7 +18,7 @@ from typing import Any
 
 import anyio
 
-from . import __version__
+from . import __version__, operations
 from .config import Settings, load_settings
 from .errors import (
     ConfigurationError,
@@ -31,6 +32,7 @@ from .errors import (
 )
 from .logs import LOG_FORMATS, configure_logging
 from .migrations import expected_schema_version, load_migrations
+from .operations import UsageError
 from .store import Store
 
 EXIT_OK, EXIT_NOTHING, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
@@ -41,10 +43,6 @@ ENQUEUE_FIELDS = {
 }
 STATUS_FIELDS = ("dedupe_key", "status", "attempts", "max_attempts", "transport", "scheduled_at", "sent_at",
                  "provider_message_id", "last_error", "created_at", "updated_at")
-
-
-class UsageError(OutboxMailerError):
-    """Bad command-line input (exit 2)."""
 
 
 def _json_default(value: Any) -> Any:
@@ -97,9 +95,16 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     async def go() -> int:
         transports = build_transports(settings)
         try:
-            await Daemon(settings, transports, default_transport=settings.default_transport,
-                         notifier=SystemdNotifier()).run(
-                handle_signals=True)
+            metrics = None
+            if settings.metrics_address:
+                from .metrics import Metrics
+
+                metrics = Metrics(settings)
+            daemon = Daemon(settings, transports, default_transport=settings.default_transport,
+                            notifier=SystemdNotifier(), observer=metrics)
+            # the metrics server binds before the daemon starts (a taken port: exit 2) and stops with it
+            async with metrics.serve(daemon) if metrics else contextlib.nullcontext():
+                await daemon.run(handle_signals=True)
         finally:
             with anyio.CancelScope(shield=True):
                 for transport in transports.values():
@@ -214,19 +219,13 @@ def _parse_time(name: str, value: Any) -> datetime:
     return parsed
 
 
-def _key_command(action: str) -> Callable[[argparse.Namespace, Settings], int]:
-    def command(args: argparse.Namespace, settings: Settings) -> int:
-        async def go(store: Store) -> int:
-            if action == "retry":
-                await store.retry(args.key, settings.max_attempts)
-            else:
-                await store.cancel(args.key)
-            print(f"{'requeued' if action == 'retry' else 'cancelled'} {args.key}")
-            return EXIT_OK
+def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
+    async def go(store: Store) -> int:
+        await store.cancel(args.key)
+        print(f"cancelled {args.key}")
+        return EXIT_OK
 
-        return anyio.run(with_store, settings, go)
-
-    return command
+    return anyio.run(with_store, settings, go)
 
 
 def cmd_resolve(args: argparse.Namespace, settings: Settings) -> int:
@@ -235,19 +234,6 @@ def cmd_resolve(args: argparse.Namespace, settings: Settings) -> int:
     async def go(store: Store) -> int:
         await store.resolve(args.key, status)
         print(f"resolved {args.key} as {status}")
-        return EXIT_OK
-
-    return anyio.run(with_store, settings, go)
-
-
-def cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
-    async def go(store: Store) -> int:
-        stats = await store.stats()
-        if args.json:
-            emit(stats)
-        else:
-            for name, value in stats.items():
-                print(f"{name:24} {'-' if value is None else round(value, 3) if isinstance(value, float) else value}")
         return EXIT_OK
 
     return anyio.run(with_store, settings, go)
@@ -338,11 +324,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_enqueue)
 
-    for name, text in (("retry", "put a failed, cancelled or in_doubt email back to pending now"),
-                       ("cancel", "cancel a pending email")):
-        p = sub.add_parser(name, help=text)
-        p.add_argument("key", metavar="KEY")
-        p.set_defaults(func=_key_command(name))
+    p = sub.add_parser("cancel", help="cancel a pending email")
+    p.add_argument("key", metavar="KEY")
+    p.set_defaults(func=cmd_cancel)
 
     p = sub.add_parser("resolve", help="settle an in_doubt email after checking what the recipient got")
     p.add_argument("key", metavar="KEY")
@@ -351,9 +335,7 @@ def build_parser() -> argparse.ArgumentParser:
     outcome.add_argument("--failed", action="store_true", help="it was not delivered and must not be: mark it failed")
     p.set_defaults(func=cmd_resolve)
 
-    p = sub.add_parser("stats", help="counts per status, due now, age of the oldest due row")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_stats)
+    operations.register(sub)
 
     p = sub.add_parser("check", help="check configuration, database and mail server; sends nothing")
     p.add_argument("--json", action="store_true")

@@ -43,6 +43,7 @@ from .gate import TransportGate
 from .migrations import expected_schema_version
 from .ratelimit import TokenBucket
 from .recorder import Recorder
+from .retention import prune_periodically
 from .sessions import DaemonSessions
 from .store import AttemptRecord, ClaimSession, OutcomeWrite, Store
 from .systemd import SystemdNotifier
@@ -167,6 +168,7 @@ class Daemon:
                 if handle_signals:
                     outer.start_soon(self._watch_signals)
                 outer.start_soon(self._rescue_loop)
+                outer.start_soon(prune_periodically, self._url, self.settings.prune)
                 async with anyio.create_task_group() as core:
                     core.start_soon(self.recorder.run)
                     async with anyio.create_task_group() as sends:

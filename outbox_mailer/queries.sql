@@ -130,6 +130,35 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, coalesce($1
 ON CONFLICT (dedupe_key) DO NOTHING
 RETURNING id;
 
+-- name: list_by_status
+-- Rows with a status in $1 changed in the last $2 seconds, newest first, at most $3.
+SELECT dedupe_key, status, attempts, transport, to_addresses, subject, scheduled_at, sent_at, last_error,
+       created_at, updated_at
+FROM email_deliveries
+WHERE status = ANY ($1::text[]) AND updated_at >= now() - make_interval(secs => $2)
+ORDER BY updated_at DESC, id DESC
+LIMIT $3;
+
+-- name: count_retryable
+-- How many rows a bulk retry of status $1 changed in the last $2 seconds would requeue.
+SELECT count(*) FROM email_deliveries
+WHERE status = $1 AND status IN ('failed', 'cancelled', 'in_doubt')
+  AND updated_at >= now() - make_interval(secs => $2);
+
+-- name: retry_bulk
+-- Requeue up to $4 rows of status $1 changed in the last $2 seconds, due now, with $3 more attempts each.
+WITH batch AS (
+    SELECT id FROM email_deliveries
+    WHERE status = $1 AND status IN ('failed', 'cancelled', 'in_doubt')
+      AND updated_at >= now() - make_interval(secs => $2)
+    ORDER BY id
+    LIMIT $4
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE email_deliveries d
+SET status = 'pending', scheduled_at = now(), max_attempts = d.attempts + $3, last_error = NULL, updated_at = now()
+FROM batch WHERE d.id = batch.id;
+
 -- name: retry
 -- Put a failed, cancelled or in_doubt row back to pending now, with $2 more attempts allowed.
 UPDATE email_deliveries

@@ -8,13 +8,17 @@ answerable; only bodies, attachments and custom headers go.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import anyio
 
 from .config import PruneSettings
+from .errors import DatabaseError
 from .store import Store
+
+log = logging.getLogger("outbox_mailer")
 
 DAY = 86_400.0
 
@@ -46,3 +50,23 @@ async def prune(store: Store, settings: PruneSettings, progress: Progress | None
             progress("deleted", result.deleted, max(to_delete, result.deleted))
         await anyio.sleep(pause_between_batches)
     return result
+
+
+async def prune_periodically(url: str, settings: PruneSettings) -> None:
+    """The daemon's retention task (``prune.interval_seconds``); runs until cancelled."""
+    interval = settings.interval_seconds
+    if interval is None:
+        return
+    while True:
+        await anyio.sleep(interval)
+        try:
+            store = await Store.open(url, max_size=1)
+            try:
+                result = await prune(store, settings, pause_between_batches=0.01)
+            finally:
+                await store.close()
+        except DatabaseError as exc:
+            log.warning("prune skipped: %s", exc)
+            continue
+        if result.scrubbed or result.deleted:
+            log.info("pruned: scrubbed=%d deleted=%d", result.scrubbed, result.deleted)

@@ -109,6 +109,24 @@ class Store:
             raise NotFound(key)
         raise InvalidTransition(key, status, name)
 
+    async def list_by_status(self, statuses: Sequence[str], since_seconds: float, limit: int) -> list[dict[str, Any]]:
+        async with self._conn() as conn:
+            return [dict(r) for r in await conn.fetch(sql("list_by_status"), list(statuses), since_seconds, limit)]
+
+    async def count_retryable(self, status: str, since_seconds: float) -> int:
+        async with self._conn() as conn:
+            return int(await conn.fetchval(sql("count_retryable"), status, since_seconds))
+
+    async def retry_bulk(self, status: str, since_seconds: float, extra_attempts: int, batch: int = 1000) -> int:
+        """Requeue in short transactions of ``batch`` rows; returns how many."""
+        total = 0
+        while True:
+            async with self._conn() as conn:
+                n = affected(await conn.execute(sql("retry_bulk"), status, since_seconds, extra_attempts, batch))
+            total += n
+            if n < batch:
+                return total
+
     async def stats(self) -> dict[str, Any]:
         async with self._conn() as conn:
             row = await conn.fetchrow(sql("stats"))

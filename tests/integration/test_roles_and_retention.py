@@ -153,3 +153,11 @@ async def test_pending_rows_are_claimed_while_prune_runs_over_200000_rows(db_url
               f"max={claim_waits[-1] * 1000:.1f} ms")
     finally:
         await store.close()
+
+
+async def test_the_daemon_prunes_periodically_when_configured(running, store: Store) -> None:  # type: ignore[no-untyped-def]
+    await aged_rows(store, "ancient", 3, "sent", "400 days")
+    await running(prune={"interval_seconds": 0.2})
+    with anyio.fail_after(10):
+        while (await store.fetch("SELECT count(*) AS n FROM email_deliveries"))[0]["n"]:
+            await anyio.sleep(0.1)
