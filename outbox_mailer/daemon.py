@@ -40,6 +40,7 @@ from .decide import RetryPolicy, decide
 from .delivery import Delivery, Outcome, OutcomeKind, Status, Transport
 from .errors import CompositionError, DatabaseError, SchemaMismatch
 from .gate import TransportGate
+from .liveness import Liveness
 from .migrations import expected_schema_version
 from .ratelimit import TokenBucket
 from .recorder import Recorder
@@ -53,7 +54,6 @@ log = logging.getLogger("outbox_mailer")
 DEFAULT_MESSAGE_ID_SECRET = b"outbox-mailer message-id v1"
 RESCUE_BATCH = 100
 DUE_BUT_UNCLAIMABLE_RECHECK_SECONDS = 0.1
-STATUS_EVERY_SECONDS = 5.0
 IDEMPOTENCY_WINDOW_SHARE = 0.9  # trust a provider's key window only up to 90% of its stated length
 
 
@@ -113,10 +113,8 @@ class Daemon:
         self.message_id_secret = secret.get_secret_value().encode() if secret else DEFAULT_MESSAGE_ID_SECRET
         self.gates = build_gates(settings, self.transports)
         self.notifier = notifier or SystemdNotifier({})
-        self._last_beat = -math.inf
-        self._last_loop = self._last_claim_ok = -math.inf
-        self._last_status = -math.inf
-        self._pending: int | None = None
+        self.liveness = Liveness(self.notifier, self._status_line, settings.debug_wedge_file)
+        self._last_claim_ok = -math.inf
         self._url = settings.require_database_url()
         self._stopping = anyio.Event()
         self._wake = anyio.Event()
@@ -148,9 +146,9 @@ class Daemon:
     def health(self) -> dict[str, object]:
         """For /healthz and /readyz: is the loop turning, is the database answering, what is paused."""
         now = anyio.current_time()
-        beat_every = min(self.settings.poll_interval_seconds, self.notifier.watchdog_interval_seconds or math.inf)
+        beat_every = min(self.settings.poll_interval_seconds, self.liveness.interval)
         return {
-            "loop_alive": now - self._last_loop <= 2 * beat_every + 1,
+            "loop_alive": now - self.liveness.last_turn <= 2 * beat_every + 1,
             "database": now - self._last_claim_ok <= 2 * self.settings.poll_interval_seconds + 5,
             "paused_transports": sorted(self._paused()),
             "in_flight": len(self._held),
@@ -163,7 +161,7 @@ class Daemon:
             await self._db.ensure_listening()
             log.info("started worker=%s concurrency=%d batch=%d", self.worker, self.settings.concurrency,
                      self.settings.batch_size)
-            self.notifier.ready(self._status_line())
+            self.notifier.ready(self.liveness.status())
             async with anyio.create_task_group() as outer:
                 if handle_signals:
                     outer.start_soon(self._watch_signals)
@@ -205,8 +203,8 @@ class Daemon:
             log.info("waiting up to %gs for %d in-flight sends", self.settings.shutdown_grace_seconds, len(self._held))
         with anyio.move_on_after(self.settings.shutdown_grace_seconds):
             while self._held:
-                self._beat()
-                with anyio.move_on_after(self.notifier.watchdog_interval_seconds or math.inf):
+                self.liveness.beat()
+                with anyio.move_on_after(self.liveness.interval):
                     await self._wait_slot()
         if self._held:
             log.warning("grace period over: abandoning %d sends to the rescuer", len(self._held))
@@ -237,11 +235,11 @@ class Daemon:
 
     async def _claim_loop(self, sends: TaskGroup) -> None:
         while not self._stopping.is_set():
-            await self._beat_or_wedge()
+            await self.liveness.beat_or_wedge()
             free = min(self.settings.concurrency - len(self._held), self._gate_capacity())
             if free <= 0:  # every slot busy, or every transport with room is paused
                 limit = min(self._until_next_unpause(), self.settings.poll_interval_seconds,
-                            self.notifier.watchdog_interval_seconds or math.inf)
+                            self.liveness.interval)
                 with anyio.move_on_after(limit):
                     await self._wait_slot()
                 continue
@@ -283,45 +281,15 @@ class Daemon:
                 timeout = min(timeout, min(pauses))  # due rows wait for their transport
             else:
                 timeout = min(timeout, DUE_BUT_UNCLAIMABLE_RECHECK_SECONDS)  # their keys are locked elsewhere
-        if self.notifier.watchdog_interval_seconds is not None:
-            timeout = min(timeout, self.notifier.watchdog_interval_seconds)
+        timeout = min(timeout, self.liveness.interval)
         with anyio.move_on_after(timeout):
             await self._wake.wait()
-        await self._refresh_pending(session)
+        await self.liveness.refresh_pending(session)
 
-    # ---- liveness for systemd ---------------------------------------------------
-
-    def _status_line(self) -> str:
+    def _status_line(self, pending: int | None) -> str:
         c = self.recorder.counts
-        pending = "?" if self._pending is None else self._pending
         return (f"sent {c['sent']}, failed {c['failed']}, retried {c['retried']}, in doubt {c['in_doubt']}, "
-                f"in flight {len(self._held)}, pending {pending}")
-
-    def _beat(self) -> None:
-        """WATCHDOG=1 (and a STATUS line) from the loop itself, so a wedged loop stops the pings."""
-        now = self._last_loop = anyio.current_time()
-        interval = self.notifier.watchdog_interval_seconds
-        if interval is not None and now - self._last_beat >= interval * 0.9:
-            self.notifier.watchdog()
-            self._last_beat = now
-        if now - self._last_status >= STATUS_EVERY_SECONDS:
-            self.notifier.status(self._status_line())
-            self._last_status = now
-
-    async def _beat_or_wedge(self) -> None:
-        wedge = self.settings.debug_wedge_file
-        if wedge and os.path.exists(wedge):
-            log.error("debug_wedge_file %s exists: the claim loop stops (test switch for the watchdog)", wedge)
-            await anyio.sleep_forever()
-        self._beat()
-
-    async def _refresh_pending(self, session: ClaimSession) -> None:
-        if not self.notifier.enabled or anyio.current_time() - self._last_status < STATUS_EVERY_SECONDS:
-            return
-        try:
-            self._pending = (await session.count_pending())
-        except DatabaseError:
-            self._pending = None
+                f"in flight {len(self._held)}, pending {'?' if pending is None else pending}")
 
     async def _wait_slot(self) -> None:
         self._slot_freed = anyio.Event()

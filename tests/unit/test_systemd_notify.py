@@ -262,7 +262,7 @@ async def test_ready_after_listen_then_watchdog_while_looping_then_stopping(
 @pytest.mark.anyio
 async def test_status_line_reports_live_figures(db_url: str, notify_socket: NotifySocket,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("outbox_mailer.daemon.STATUS_EVERY_SECONDS", 0.2)
+    monkeypatch.setattr("outbox_mailer.liveness.STATUS_EVERY_SECONDS", 0.2)
     daemon, _ = daemon_for(db_url, notify_socket, poll_interval_seconds=0.1)
     async with anyio.create_task_group() as tg:
         tg.start_soon(daemon.run)
