@@ -91,6 +91,13 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     from .transports import build_transports
 
     settings.require_database_url()
+    if args.processes < 1:
+        raise UsageError("--processes must be at least 1")
+    if args.processes > 1:
+        from .supervisor import supervise
+
+        return supervise(args.processes, ["--log-level", args.log_level, "--log-format", args.log_format],
+                         metrics_address=settings.metrics_address, worker_name=settings.worker_name)
 
     async def go() -> int:
         transports = build_transports(settings)
@@ -299,7 +306,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--print-sql", action="store_true", help="print every migration's SQL instead of running it")
     p.set_defaults(func=cmd_migrate)
 
-    sub.add_parser("run", help="run the daemon until SIGTERM/SIGINT").set_defaults(func=cmd_run)
+    p = sub.add_parser("run", help="run the daemon until SIGTERM/SIGINT")
+    p.add_argument("--processes", type=int, default=1, metavar="N",
+                   help="run N daemon processes under one parent (one Python process uses one core)")
+    p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("status", help="status of emails by dedupe key")
     p.add_argument("keys", nargs="+", metavar="KEY")

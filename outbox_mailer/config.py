@@ -12,7 +12,14 @@ from __future__ import annotations
 import os
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, SecretStr, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     NestedSecretsSettingsSource,
@@ -191,7 +198,15 @@ class Settings(BaseSettings):
     max_message_bytes: int = Field(default=10 * 1024 * 1024, ge=1024)  # composed size limit
     message_id_secret: SecretStr | None = None  # HMAC key for Message-IDs; keep it stable
     worker_name: str | None = None  # recorded with each attempt; None: host:pid
+    metrics_address: str | None = None  # "host:port" for /metrics, /healthz, /readyz; None: no endpoint
     debug_wedge_file: str | None = None  # tests only: while this file exists the claim loop stops (watchdog test)
+
+    @field_validator("metrics_address")
+    @classmethod
+    def _metrics_address(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_listen_address(value)
+        return value
 
     @classmethod
     def settings_customise_sources(
@@ -254,6 +269,18 @@ class Settings(BaseSettings):
         if self.database_url is not None:
             data["database_url"] = _redact_url(self.database_url.get_secret_value())
         return data
+
+
+def parse_listen_address(value: str) -> tuple[str, int]:
+    """Split ``host:port`` (or ``[v6-address]:port``) into (host, port); ValueError when malformed."""
+    host, sep, port_text = value.partition(":") if not value.startswith("[") else value[1:].partition("]:")
+    if value.startswith("[") and ":" not in host:
+        host = ""  # brackets are for IPv6 addresses only
+    if not sep or not host or any(c.isspace() or c in "/[]" for c in host) or ":" in port_text:
+        raise ValueError(f"{value!r}: expected host:port, e.g. 127.0.0.1:9464 or [::1]:9464")
+    if not (port_text.isascii() and port_text.isdigit()) or not 1 <= int(port_text) <= 65535:
+        raise ValueError(f"{value!r}: the port must be a number from 1 to 65535")
+    return host, int(port_text)
 
 
 def _redact_url(url: str) -> str:

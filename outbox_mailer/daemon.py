@@ -121,8 +121,10 @@ class Daemon:
         # in-flight row id -> (dedupe key, monotonic time of the claim); their advisory locks are ours
         self._held: dict[int, tuple[str, float]] = {}
         self._slot_freed = anyio.Event()
-        self._db = DaemonSessions(self._url, on_notify=self._wake_up, held_keys=lambda: [k for k, _ in self._held.values()],
-                                  stopping=self._stopping)
+        self._db = DaemonSessions(
+            self._url, on_notify=self._wake_up, held_keys=lambda: [k for k, _ in self._held.values()],
+            stopping=self._stopping, on_retry=lambda: self.liveness.beat(),
+        )
         self.observer = observer
         self.recorder = Recorder(self._db, self._stopping, self._recorded,
                                  observer.recorded if observer is not None else None)

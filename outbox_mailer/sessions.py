@@ -33,11 +33,13 @@ class DaemonSessions:
         on_notify: Callable[[], None],
         held_keys: Callable[[], Sequence[str]],
         stopping: anyio.Event,
+        on_retry: Callable[[], None] = lambda: None,
     ) -> None:
         self._url = url
         self._on_notify = on_notify
         self._held_keys = held_keys
         self._stopping = stopping
+        self._on_retry = on_retry  # each reconnect try: the daemon is busy recovering, not wedged
         self._claim: ClaimSession | None = None
         self._listener: Listener | None = None
         self._lock = anyio.Lock()
@@ -55,6 +57,7 @@ class DaemonSessions:
                     if self._stopping.is_set():
                         raise DatabaseUnavailable(f"stopping while the database is unavailable: {exc}") from exc
                     log.warning("database unavailable (%s); retrying in %.1fs", exc, delay)
+                    self._on_retry()
                     await anyio.sleep(delay)
                     delay = min(delay * 2, RECONNECT_MAX_SECONDS)
                     continue
