@@ -170,3 +170,19 @@ async def test_stop_after_grace_leaves_the_row_to_the_rescuer(
     assert rows["stuck"]["status"] == "sent"
     outcomes = [a["outcome"] for a in await store.attempts(rows["stuck"]["id"])]
     assert outcomes == ["ambiguous", "sent"], "the rescue is recorded as an ambiguous attempt"
+
+
+async def test_smtp_idempotency_header_carries_the_dedupe_key(
+    running: Any, store: Store, smtp_server: SmtpTestServer  # noqa: F811
+) -> None:
+    await insert(store, "order-42-confirmation")
+    await insert(store, "ключ-1")  # not ASCII: a stable digest goes instead
+    r = await running(smtp={"host": smtp_server.host, "port": smtp_server.port, "tls": "none",
+                            "idempotency_header": "Resend-Idempotency-Key"})
+    await r.final("order-42-confirmation", "ключ-1")
+    keys = sorted(email.message_from_bytes(m.data, policy=email.policy.default)["Resend-Idempotency-Key"]
+                  for m in smtp_server.accepted)
+    plain, digest = keys  # "order-..." sorts before "outbox-..."
+    assert plain == "order-42-confirmation"
+    assert digest.startswith("outbox-") and len(digest) == len("outbox-") + 32
+    assert r.daemon.transports["smtp"].idempotency_window_seconds == 86_400
