@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import email.policy
 import hashlib
 import hmac
@@ -17,7 +18,7 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from outbox_mailer.compose import compose, message_id_for
+from outbox_mailer.compose import check_composed, compose, message_id_for
 from outbox_mailer.delivery import ComposedMessage, Delivery
 from outbox_mailer.errors import CompositionError
 
@@ -485,9 +486,36 @@ def test_parse_back_safety_net_refuses_a_broken_rendering(monkeypatch: pytest.Mo
         return f"{name}: {value}\r\nBcc: spy@example.org\r\n"
 
     monkeypatch.setattr(compose_module, "_unstructured", leaky)
+    # Off the hot path: the parse-back check runs on request (and in the oracle tests).
+    composed = run()
     with pytest.raises(CompositionError) as info:
-        run()
+        check_composed(composed)
     assert info.value.field == "message"
+    with pytest.raises(CompositionError) as info:
+        compose(make_delivery(), default_from=None, max_message_bytes=1_000_000,
+                message_id_secret=SECRET, now=NOW, verify=True)
+    assert info.value.field == "message"
+
+
+@pytest.mark.parametrize("overrides", [
+    {},
+    {"text_body": None, "html_body": "<p>h</p>"},
+    {"html_body": "<p>h</p>", "cc_addresses": ("c@example.com",), "reply_to": "r@example.com",
+     "headers": {"X-A": "1"}, "attachments": [attachment(), attachment("é.txt", "text/plain")]},
+])
+def test_parse_back_check_accepts_what_compose_renders(overrides: dict[str, Any]) -> None:
+    check_composed(run(**overrides))
+
+
+def test_parse_back_check_refuses_a_changed_mime_tree() -> None:
+    composed = run(html_body="<p>h</p>")
+    boundary = parse(composed).get_boundary()
+    assert boundary
+    broken = composed.data.replace(f"--{boundary}--".encode(), b"", 1)
+    broken = broken.replace(f"--{boundary}\r\nContent-Type: text/html".encode(),
+                            b"Content-Type: text/html", 1)
+    with pytest.raises(CompositionError):
+        check_composed(dataclasses.replace(composed, data=broken))
 
 
 def test_invalid_default_from_is_reported_as_from_address() -> None:
