@@ -141,11 +141,11 @@ class TemporaryPostgres:
         while time.monotonic() < deadline:
             if self._process is not None and self._process.poll() is not None:
                 raise DatabaseUnavailable(f"postgres exited early; log:\n{self.log_tail()}")
+            # as pg_ctl does: postmaster.pid's 8th line says "ready" once connections are accepted
+            # (an open port alone may still answer "the database system is starting up")
             try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
-                    pass
-                # accepting TCP is not quite ready for queries; the socket file appears last
-                if (self.directory / f".s.PGSQL.{self.port}").exists():  # type: ignore[operator]
+                lines = (self.directory / "data" / "postmaster.pid").read_text().splitlines()  # type: ignore[operator]
+                if len(lines) >= 8 and lines[7].strip() == "ready":
                     return
             except OSError:
                 pass

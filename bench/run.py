@@ -1,0 +1,850 @@
+"""outbox-mailer benchmark: one command, one throwaway PostgreSQL, every figure side by side.
+
+    .venv/bin/python bench/run.py            # full run (~5-8 minutes on 2 cores)
+    .venv/bin/python bench/run.py --quick    # smoke run (~1 minute)
+
+What it measures (each figure the median of --reps repetitions unless noted),
+on a throwaway PostgreSQL cluster with fsync and synchronous_commit ON:
+
+1. core: the real Daemon draining pre-inserted rows through a no-op transport
+   (claim + compose + no-op send + fenced record + unlock), against PgQueuer
+   no-op jobs on the same cluster at its best batch size (a few are tried);
+2. SMTP to Postfix's smtp-sink: one `outbox-mailer run` process, two processes
+   sharing the table, the raw ceiling (pre-rendered bytes with aiosmtplib, no
+   database) and the hand-written worker (PgQueuer + EmailMessage + aiosmtplib);
+3. pickup latency from COMMIT (PostgreSQL's commit timestamp) to MAIL FROM at
+   the SMTP server, one row per transaction at 100/s;
+4. growth: the core figure with 1,000,000 sent rows in the table, and the
+   daemon's memory while it drains a 100,000-row backlog;
+5. WAL bytes per email.
+
+Workers run as separate OS processes (bench/*_worker.py, raw_smtp.py,
+latency_sink.py); the daemon under test in 2-3 is the real CLI
+(`python -m outbox_mailer run`). Prints machine facts and a markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import common
+from common import BENCH_DIR, ROOT, median
+
+PY = sys.executable
+
+
+# ---------------------------------------------------------------------------- set-up
+
+
+def ensure_python_deps() -> None:
+    try:
+        import pgqueuer  # noqa: F401
+        import uvloop  # noqa: F401
+    except ImportError:
+        print("installing bench requirements into", sys.prefix, flush=True)
+        subprocess.run([PY, "-m", "pip", "install", "-q", "-r", str(BENCH_DIR / "requirements.txt")], check=True)
+
+
+def ensure_smtp_sink() -> str:
+    path = shutil.which("smtp-sink") or ("/usr/sbin/smtp-sink" if os.path.exists("/usr/sbin/smtp-sink") else None)
+    if path:
+        return path
+    if os.geteuid() != 0:
+        sys.exit("smtp-sink missing: install Debian's postfix package (as root: apt-get install postfix)")
+    print("installing postfix (for smtp-sink only; the postfix service is not configured)", flush=True)
+    subprocess.run(["debconf-set-selections"], input="postfix postfix/main_mailer_type select No configuration\n",
+                   text=True, check=True)
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    if subprocess.run(["apt-get", "install", "-y", "-q", "postfix"], env=env, check=False).returncode != 0:
+        subprocess.run(["apt-get", "update", "-q"], env=env, check=True)
+        subprocess.run(["apt-get", "install", "-y", "-q", "postfix"], env=env, check=True)
+    return "/usr/sbin/smtp-sink"
+
+
+@dataclass
+class Config:
+    quick: bool
+    reps: int
+    log_level: str
+    core_rows: int
+    core_concurrency: int
+    core_batch: int
+    memory_rows: int
+    pgq_batches: list[int]
+    seconds: float
+    pool_one: int
+    pool_two: int
+    latency_seconds: float
+    latency_rate: float
+    final_rows: int
+    profile_dir: str | None
+
+    @classmethod
+    def from_args(cls, a: argparse.Namespace) -> Config:
+        q = a.quick
+        return cls(
+            quick=q, reps=a.reps or (1 if q else 3), log_level=a.log_level,
+            core_rows=5_000 if q else 30_000, core_concurrency=a.concurrency, core_batch=a.batch,
+            memory_rows=10_000 if q else 100_000,
+            pgq_batches=[100, 500] if q else [100, 250, 500, 1000],
+            seconds=a.seconds or (1.5 if q else 6.0), pool_one=a.pool, pool_two=a.pool_two,
+            latency_seconds=3.0 if q else 10.0, latency_rate=100.0,
+            final_rows=50_000 if q else 1_000_000,
+            profile_dir=a.profile,
+        )
+
+
+@dataclass
+class Results:
+    figures: dict[str, object] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def put(self, key: str, value: object) -> None:
+        self.figures[key] = value
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+# ---------------------------------------------------------------------------- processes
+
+
+class SmtpSink:
+    """Postfix's smtp-sink on 127.0.0.1, bounded by `timeout`, killed by PID at the end."""
+
+    def __init__(self, binary: str, lifetime_seconds: int) -> None:
+        self.binary, self.lifetime = binary, lifetime_seconds
+        self.port = common.free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> SmtpSink:
+        cmd = ["timeout", "-s", "KILL", str(self.lifetime), self.binary]
+        if os.geteuid() == 0:
+            cmd += ["-u", "nobody"]
+        cmd += [f"127.0.0.1:{self.port}", "1024"]
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL, start_new_session=True)
+        common.wait_port(self.port)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            # the process group holds `timeout` and smtp-sink; both started by us
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=5)
+
+
+async def run_worker(args: list[str], *, timeout: float = 600, profile: str | None = None,
+                     stderr_path: str | None = None) -> dict[str, object]:
+    cmd = [PY, *args]
+    if profile:
+        cmd = [py_spy(), "record", "--idle", "-f", "raw", "-r", "100", "-o", profile, "--", *cmd]
+    err = open(stderr_path, "wb") if stderr_path else subprocess.DEVNULL
+    try:
+        proc = await asyncio.create_subprocess_exec(*cmd, stdout=subprocess.PIPE, stderr=err, cwd=str(BENCH_DIR))
+        try:
+            out, _ = await asyncio.wait_for(proc.communicate(), timeout)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+            raise RuntimeError(f"worker {args[0]} did not finish within {timeout:g} s") from None
+    finally:
+        if stderr_path:
+            err.close()
+    if proc.returncode != 0:
+        tail = Path(stderr_path).read_text(errors="replace")[-3000:] if stderr_path else ""
+        raise RuntimeError(f"worker {args} exited {proc.returncode}\n{tail}")
+    return common.parse_result(out.decode(errors="replace"))
+
+
+def py_spy() -> str:
+    candidate = Path(PY).parent / "py-spy"
+    found = str(candidate) if candidate.exists() else shutil.which("py-spy")
+    if not found:
+        sys.exit("--profile needs py-spy (pip install py-spy)")
+    return found
+
+
+class DaemonProcess:
+    """`python -m outbox_mailer run` as a real user runs it, configured by environment."""
+
+    def __init__(self, url: str, smtp_port: int, pool: int, name: str, log_level: str, workdir: Path,
+                 profile: str | None = None) -> None:
+        self.log_path = workdir / f"{name}.log"
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith("OUTBOX_MAILER_") and k not in ("NOTIFY_SOCKET", "JOURNAL_STREAM")}
+        env.update({
+            "OUTBOX_MAILER_DATABASE_URL": url,
+            "OUTBOX_MAILER_DEFAULT_FROM": common.DEFAULT_FROM,
+            "OUTBOX_MAILER_SMTP__HOST": "127.0.0.1",
+            "OUTBOX_MAILER_SMTP__PORT": str(smtp_port),
+            "OUTBOX_MAILER_SMTP__TLS": "none",
+            "OUTBOX_MAILER_SMTP__POOL_SIZE": str(pool),
+            "OUTBOX_MAILER_SMTP__HELO_NAME": "bench.example.com",
+            "OUTBOX_MAILER_CONCURRENCY": str(max(pool, 8)),
+            "OUTBOX_MAILER_RESCUE_INTERVAL_SECONDS": "3600",
+            "OUTBOX_MAILER_WORKER_NAME": name,
+        })
+        cmd = [PY, "-m", "outbox_mailer", "--log-level", log_level, "run"]
+        if profile:
+            cmd = [py_spy(), "record", "--idle", "-f", "raw", "-r", "100", "-o", profile, "--", *cmd]
+        self._log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(cmd, env=env, cwd=str(workdir), stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.DEVNULL, stderr=self._log)
+        self.pid = self.proc.pid
+
+    def wait_started(self, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"daemon exited {self.proc.returncode}:\n{self.log_path.read_text()[-3000:]}")
+            if b"started worker=" in self.log_path.read_bytes():
+                return
+            time.sleep(0.05)
+        raise RuntimeError(f"daemon not started after {timeout:g} s:\n{self.log_path.read_text()[-3000:]}")
+
+    def python_pid(self) -> int:
+        """The daemon's own PID (under py-spy, its child)."""
+        try:
+            children = Path(f"/proc/{self.pid}/task/{self.pid}/children").read_text().split()
+        except OSError:
+            children = []
+        return int(children[0]) if children and "py-spy" in " ".join(self.proc.args) else self.pid
+
+    def stop(self) -> tuple[float, float]:
+        """SIGTERM (the daemon drains and exits 0); returns (RSS, peak RSS) in MB just before."""
+        rss = common.rss_mb(self.python_pid())
+        if self.proc.poll() is None:
+            os.kill(self.python_pid(), signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        self._log.close()
+        return rss
+
+
+# ---------------------------------------------------------------------------- database
+
+
+class Db:
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.conn = None
+
+    async def open(self) -> None:
+        import asyncpg
+
+        deadline = time.monotonic() + 60
+        while True:  # a fresh cluster may still say "the database system is starting up"
+            try:
+                self.conn = await asyncpg.connect(self.url)
+                return
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.1)
+
+    async def migrate(self, *, pgqueuer: bool = True) -> None:
+        from outbox_mailer.migrations import load_migrations
+        from outbox_mailer.store import Store
+
+        store = await Store.open(self.url)
+        try:
+            await store.migrate(load_migrations())
+        finally:
+            await store.close()
+        if not pgqueuer:
+            return
+        from pgqueuer import Queries
+
+        await Queries.from_asyncpg_connection(self.conn).install()
+        await self.conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        await self.conn.execute("ALTER SYSTEM SET pg_stat_statements.track = 'none'")
+        await self.conn.execute("SELECT pg_reload_conf()")
+
+    async def lsn(self) -> str:
+        return await self.conn.fetchval("SELECT pg_current_wal_lsn()::text")
+
+    async def wal_since(self, lsn: str) -> float:
+        return float(await self.conn.fetchval("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::text::pg_lsn)", lsn))
+
+    async def insert_rows(self, prefix: str, n: int, status: str = "pending", chunk: int = 100_000) -> None:
+        for first in range(1, n + 1, chunk):
+            await self.conn.execute(common.INSERT_ROWS_SQL, prefix, first, min(chunk, n - first + 1), status)
+
+    async def truncate(self) -> None:
+        await self.conn.execute("TRUNCATE email_deliveries, email_delivery_attempts")
+
+    async def vacuum(self) -> None:
+        await self.conn.execute("VACUUM (ANALYZE) email_deliveries")
+        await self.conn.execute("VACUUM (ANALYZE) email_delivery_attempts")
+
+    async def count(self, prefix: str, status: str) -> int:
+        return int(await self.conn.fetchval(
+            "SELECT count(*) FROM email_deliveries WHERE dedupe_key LIKE $1 || '%' AND status = $2", prefix, status))
+
+    async def unfinished(self) -> int:
+        return int(await self.conn.fetchval(
+            "SELECT count(*) FROM email_deliveries WHERE status IN ('pending', 'sending')"))
+
+    async def last_update(self, prefix: str) -> float:
+        return float(await self.conn.fetchval(
+            "SELECT extract(epoch FROM max(updated_at))::float8 FROM email_deliveries WHERE dedupe_key LIKE $1 || '%'",
+            prefix))
+
+    async def wait_drained(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while await self.unfinished():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"rows still unfinished after {timeout:g} s")
+            await asyncio.sleep(0.1)
+
+
+# ---------------------------------------------------------------------------- measurements
+
+
+async def core_rep(db: Db, cfg: Config, prefix: str, rows: int, *, truncate: bool,
+                   profile: str | None = None, workdir: Path, before_run=None) -> dict[str, float]:
+    if truncate:
+        await db.truncate()
+    lsn0 = await db.lsn()
+    await db.insert_rows(prefix, rows)
+    insert_wal = await db.wal_since(lsn0)
+    await db.vacuum()
+    if before_run is not None:
+        await before_run()
+    lsn1 = await db.lsn()
+    r = await run_worker(["core_worker.py", db.url, str(rows), str(cfg.core_concurrency), str(cfg.core_batch),
+                          cfg.log_level], profile=profile, stderr_path=str(workdir / "core.log"))
+    wal = await db.wal_since(lsn1)
+    sent = await db.count(prefix, "sent")
+    if sent != rows:
+        raise RuntimeError(f"core run: {sent} of {rows} rows sent")
+    return {"rate": rows / (r["end"] - r["start"]), "wal": wal / rows, "insert_wal": insert_wal / rows,
+            "peak_rss": r["peak_rss_mb"]}
+
+
+async def pgq_rep(db: Db, mode: str, jobs: int, batch: int, extra: list[str], workdir: Path) -> dict[str, float]:
+    from pgqueuer import Queries
+
+    await db.conn.execute("TRUNCATE pgqueuer, pgqueuer_log, pgqueuer_statistics")
+    q = Queries.from_asyncpg_connection(db.conn)
+    if mode == "noop":
+        payloads = [None] * jobs
+    else:
+        payloads = [json.dumps(common.email_payload(n)).encode() for n in range(jobs)]
+    for first in range(0, jobs, 50_000):
+        part = payloads[first:first + 50_000]
+        await q.enqueue([mode] * len(part), part, [0] * len(part))
+    await db.conn.execute("VACUUM (ANALYZE) pgqueuer")
+    lsn = await db.lsn()
+    r = await run_worker(["pgq_worker.py", mode, db.url, str(jobs), str(batch), *extra],
+                         stderr_path=str(workdir / f"pgq-{mode}.log"))
+    wal = await db.wal_since(lsn)
+    left = await db.conn.fetchval("SELECT count(*) FROM pgqueuer")
+    if left or r["done"] != jobs:
+        raise RuntimeError(f"PgQueuer {mode}: {r['done']} of {jobs} done, {left} left in the queue")
+    return {"rate": jobs / (r["end"] - r["start"]), "wal": wal / jobs}
+
+
+async def measure_core(db: Db, cfg: Config, res: Results, workdir: Path) -> None:
+    """outbox-mailer and PgQueuer (every batch size) in interleaved rounds, so drift hits all alike."""
+    log(f"core: outbox-mailer ({cfg.core_rows:,} rows, concurrency {cfg.core_concurrency}, batch {cfg.core_batch}, "
+        f"log level {cfg.log_level}) and PgQueuer no-op ({cfg.core_rows:,} jobs, batch sizes {cfg.pgq_batches}), "
+        f"{cfg.reps} interleaved rounds after a warm-up")
+    await core_rep(db, cfg, "warm-", min(cfg.core_rows, 5_000), truncate=True, workdir=workdir)
+    await pgq_rep(db, "noop", min(cfg.core_rows, 5_000), 100, [], workdir)
+    ours: list[dict[str, float]] = []
+    theirs: dict[int, list[dict[str, float]]] = {b: [] for b in cfg.pgq_batches}
+    for i in range(cfg.reps):
+        ours.append(await core_rep(db, cfg, f"core{i}-", cfg.core_rows, truncate=True, workdir=workdir))
+        line = f"  round {i + 1}: outbox-mailer {ours[-1]['rate']:,.0f}/s; PgQueuer"
+        for b in cfg.pgq_batches:
+            theirs[b].append(await pgq_rep(db, "noop", cfg.core_rows, b, [], workdir))
+            line += f" b{b} {theirs[b][-1]['rate']:,.0f}/s"
+        log(line)
+    best = max(theirs, key=lambda b: median([r["rate"] for r in theirs[b]]))
+    res.put("core_rate", median([r["rate"] for r in ours]))
+    res.put("core_rates", [r["rate"] for r in ours])
+    res.put("core_wal", median([r["wal"] for r in ours]))
+    res.put("insert_wal", median([r["insert_wal"] for r in ours]))
+    res.put("core_peak_rss", max(r["peak_rss"] for r in ours))
+    res.put("pgq_batch", best)
+    res.put("pgq_rate", median([r["rate"] for r in theirs[best]]))
+    res.put("pgq_rates", [r["rate"] for r in theirs[best]])
+    res.put("pgq_wal", median([r["wal"] for r in theirs[best]]))
+    res.put("pgq_sweep", {b: round(median([r["rate"] for r in v])) for b, v in theirs.items()})
+
+
+async def measure_memory(db: Db, cfg: Config, res: Results, workdir: Path) -> None:
+    log(f"memory: the daemon draining a {cfg.memory_rows:,}-row backlog (no-op transport)")
+    r = await core_rep(db, cfg, "mem-", cfg.memory_rows, truncate=True, workdir=workdir)
+    res.put("memory_peak_rss", r["peak_rss"])
+    res.put("memory_rate", r["rate"])
+
+
+def sized(rate: float, cfg: Config, low: int, high: int) -> int:
+    """How many emails make a measurement of about cfg.seconds at this rate."""
+    return int(max(low, min(high, round(rate * cfg.seconds, -2))))
+
+
+async def smtp_daemon_rep(db: Db, prefix: str, rows: int) -> float:
+    await db.conn.execute("BEGIN")
+    await db.insert_rows(prefix, rows)
+    start = time.time()
+    await db.conn.execute("COMMIT")  # the statement trigger's NOTIFY goes out with it
+    await db.wait_drained(300)
+    sent = await db.count(prefix, "sent")
+    if sent != rows:
+        raise RuntimeError(f"SMTP run {prefix}: {sent} of {rows} sent (see the daemon logs)")
+    return rows / (await db.last_update(prefix) - start)
+
+
+async def raw_rep(sink: SmtpSink, messages: int, connections: int, processes: int) -> float:
+    per = messages // processes
+    go_at = time.time() + 1.0  # every process connected and ready by then
+    outs = await asyncio.gather(*(run_worker(["raw_smtp.py", str(sink.port), str(per),
+                                              str(connections // processes), str(go_at)])
+                                  for _ in range(processes)))
+    return per * processes / (max(o["end"] for o in outs) - min(o["start"] for o in outs))
+
+
+class Daemons:
+    """N `outbox-mailer run` processes sharing the table, for the duration of a with-block."""
+
+    def __init__(self, db: Db, cfg: Config, sink_port: int, processes: int, pool: int, key: str, workdir: Path,
+                 profile: str | None = None) -> None:
+        self.procs = [DaemonProcess(db.url, sink_port, pool, f"{key}-{i}", cfg.log_level, workdir,
+                                    profile=profile if i == 0 else None) for i in range(processes)]
+        self.rss: list[tuple[float, float]] = []
+
+    def __enter__(self) -> Daemons:
+        try:
+            for d in self.procs:
+                d.wait_started()
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.rss = [d.stop() for d in self.procs]
+
+
+async def measure_smtp(db: Db, cfg: Config, res: Results, sink: SmtpSink, workdir: Path) -> None:
+    # -- one daemon process, with the hand-written worker in the same rounds
+    log(f"SMTP, 1 daemon process ({cfg.pool_one} connections) and the hand-written worker (PgQueuer + EmailMessage "
+        f"+ aiosmtplib, {cfg.pool_one} connections), {cfg.reps} interleaved rounds")
+    await db.truncate()
+    hw_batch = min(int(res.figures.get("pgq_batch", 100)), 100)  # more jobs in flight than connections only queue
+    hw_extra = [str(sink.port), str(cfg.pool_one)]
+    with Daemons(db, cfg, sink.port, 1, cfg.pool_one, "smtp1", workdir) as daemons:
+        warm = await smtp_daemon_rep(db, "smtp1-warm-", 1_000)
+        rows = sized(warm, cfg, 2_000, 40_000)
+        hw_warm = (await pgq_rep(db, "email", 300, hw_batch, hw_extra, workdir))["rate"]
+        hw_rows = sized(hw_warm, cfg, 500, 10_000)
+        ones, hands = [], []
+        for i in range(cfg.reps):
+            ones.append(await smtp_daemon_rep(db, f"smtp1-{i}-", rows))
+            hands.append((await pgq_rep(db, "email", hw_rows, hw_batch, hw_extra, workdir))["rate"])
+            log(f"  round {i + 1}: daemon {ones[-1]:,.0f}/s ({rows:,} emails); hand-written {hands[-1]:,.0f}/s "
+                f"({hw_rows:,} emails)")
+    res.put("smtp1_rate", median(ones))
+    res.put("smtp1_rates", ones)
+    res.put("smtp1_rows", rows)
+    res.put("smtp1_rss", max(peak for _, peak in daemons.rss))
+    res.put("handwritten_rate", median(hands))
+    res.put("handwritten_rates", hands)
+    res.put("handwritten_batch", hw_batch)
+    # -- two daemon processes, with the raw ceilings in the same rounds
+    conns = 2 * cfg.pool_two
+    log(f"SMTP, 2 daemon processes ({cfg.pool_two} connections each) and the raw ceiling (aiosmtplib, pre-rendered, "
+        f"no database, {conns} connections: 1 process, and 2 processes), {cfg.reps} interleaved rounds")
+    await db.truncate()
+    with Daemons(db, cfg, sink.port, 2, cfg.pool_two, "smtp2", workdir) as daemons:
+        warm = await smtp_daemon_rep(db, "smtp2-warm-", 2_000)
+        rows = sized(warm, cfg, 2_000, 40_000)
+        raw_warm = await raw_rep(sink, 2_000, conns, 1)
+        raw_rows = sized(raw_warm, cfg, 2_000, 40_000)
+        twos, raws, raws2 = [], [], []
+        for i in range(cfg.reps):
+            twos.append(await smtp_daemon_rep(db, f"smtp2-{i}-", rows))
+            raws.append(await raw_rep(sink, raw_rows, conns, 1))
+            raws2.append(await raw_rep(sink, raw_rows, conns, 2))
+            log(f"  round {i + 1}: 2 daemons {twos[-1]:,.0f}/s ({rows:,} emails); raw 1 process {raws[-1]:,.0f}/s, "
+                f"2 processes {raws2[-1]:,.0f}/s ({raw_rows:,} emails)")
+    failed = await db.conn.fetchval("SELECT count(*) FROM email_deliveries WHERE status <> 'sent'")
+    if failed:
+        res.notes.append(f"SMTP: {failed} rows not sent")
+    res.put("smtp2_rate", median(twos))
+    res.put("smtp2_rates", twos)
+    res.put("smtp2_rss", max(peak for _, peak in daemons.rss))
+    res.put("raw_rate", median(raws))
+    res.put("raw_rates", raws)
+    res.put("raw2_rate", median(raws2))
+    res.put("raw2_rates", raws2)
+
+
+LATENCY_INSERT = """
+INSERT INTO email_deliveries (dedupe_key, from_address, to_addresses, subject, text_body, html_body, metadata)
+VALUES ($1, $2, ARRAY[$3], $4, $5, $6, '{"kind": "latency"}')
+RETURNING xmin::text
+"""
+
+
+async def measure_latency(db: Db, cfg: Config, res: Results, workdir: Path) -> None:
+    count = int(cfg.latency_seconds * cfg.latency_rate)
+    log(f"pickup latency: {count} rows, one per transaction, at {cfg.latency_rate:g}/s; "
+        "COMMIT timestamp -> MAIL FROM at the server")
+    await db.truncate()
+    port = common.free_port()
+    out = workdir / "latency-sink.txt"
+    sink = subprocess.Popen([PY, str(BENCH_DIR / "latency_sink.py"), str(port), str(out),
+                             str(cfg.latency_seconds + 120)], stdin=subprocess.DEVNULL, cwd=str(BENCH_DIR))
+    daemon = None
+    try:
+        common.wait_port(port)
+        daemon = DaemonProcess(db.url, port, cfg.pool_one, "latency", cfg.log_level, workdir)
+        daemon.wait_started()
+
+        async def insert(i: int, tag: str) -> str:
+            return await db.conn.fetchval(
+                LATENCY_INSERT, f"{tag}{i}", f"Shop <{tag}{i}@example.com>",
+                f"Customer {i} <customer{i}@example.com>", f"Your order #{i} has shipped",
+                common.TEXT_BODY.replace("{n}", str(i)), common.HTML_BODY.replace("{n}", str(i)))
+
+        for i in range(20):  # warm-up: connections open, statements prepared
+            await insert(i, "lwarm")
+            await asyncio.sleep(0.02)
+        await db.wait_drained(30)
+        xids: dict[str, str] = {}
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        for i in range(count):
+            delay = t0 + i / cfg.latency_rate - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            xids[f"lat{i}"] = await insert(i, "lat")
+        await db.wait_drained(60)
+        await asyncio.sleep(0.2)
+    finally:
+        if daemon is not None:
+            daemon.stop()
+        sink.terminate()
+        sink.wait(timeout=10)
+    committed = {
+        r["x"]: r["t"] for r in await db.conn.fetch(
+            "SELECT x, extract(epoch FROM pg_xact_commit_timestamp(x::xid))::float8 AS t FROM unnest($1::text[]) x",
+            list(xids.values()))
+    }
+    mail_from: dict[str, float] = {}
+    for line in out.read_text().splitlines():
+        ts, sender = line.split(" ", 1)
+        key = sender.split("@", 1)[0]
+        mail_from.setdefault(key, float(ts))  # the first MAIL FROM for that row
+    latencies = sorted((mail_from[k] - committed[x]) * 1000 for k, x in xids.items() if k in mail_from)
+    if len(latencies) != count:
+        res.notes.append(f"latency: {count - len(latencies)} of {count} rows never reached the server")
+    res.put("latency_p50", common.percentile(latencies, 50))
+    res.put("latency_p99", common.percentile(latencies, 99))
+    res.put("latency_max", latencies[-1] if latencies else float("nan"))
+    res.put("latency_n", len(latencies))
+    log(f"  p50 {res.figures['latency_p50']:.2f} ms, p99 {res.figures['latency_p99']:.2f} ms, "
+        f"max {res.figures['latency_max']:.2f} ms")
+
+
+async def measure_growth(db: Db, cfg: Config, res: Results, workdir: Path) -> None:
+    """The core run against a second database of the same cluster holding the sent rows, alternating
+    with the empty table, so both figures come from the same minutes."""
+    log(f"growth: {cfg.final_rows:,} sent rows in a second database, then {cfg.reps} rounds of {cfg.core_rows:,} "
+        "rows through the no-op daemon: empty table, then the full one")
+    await db.conn.execute("DROP DATABASE IF EXISTS outbox_grown")
+    await db.conn.execute("CREATE DATABASE outbox_grown")
+    grown = Db(db.url.rsplit("/", 1)[0] + "/outbox_grown")
+    await grown.open()
+    try:
+        await grown.migrate(pgqueuer=False)
+        t = time.monotonic()
+        await grown.insert_rows("final-", cfg.final_rows, status="sent")
+        await grown.vacuum()
+        await grown.conn.execute("CHECKPOINT")  # the load's dirty pages out of the way of the measurement
+        log(f"  {cfg.final_rows:,} sent rows in place after {time.monotonic() - t:.0f} s")
+        empty, full = [], []
+        for i in range(cfg.reps):
+            empty.append((await core_rep(db, cfg, f"empty{i}-", cfg.core_rows, truncate=True,
+                                         workdir=workdir))["rate"])
+            full.append((await core_rep(grown, cfg, f"grow{i}-", cfg.core_rows, truncate=False,
+                                        workdir=workdir))["rate"])
+            log(f"  round {i + 1}: empty table {empty[-1]:,.0f}/s, with {cfg.final_rows:,} sent rows "
+                f"{full[-1]:,.0f}/s")
+    finally:
+        await grown.conn.close()
+    await db.conn.execute("DROP DATABASE IF EXISTS outbox_grown")
+    res.put("growth_rate", median(full))
+    res.put("growth_rates", full)
+    res.put("growth_empty_rate", median(empty))
+    res.put("growth_empty_rates", empty)
+
+
+# ---------------------------------------------------------------------------- report
+
+
+def fmt_rate(x: object) -> str:
+    return "n/a" if x is None else f"{float(x):,.0f}/s"
+
+
+def mark(ok: bool | None) -> str:
+    return "n/a" if ok is None else ("**met**" if ok else "**missed**")
+
+
+def report(cfg: Config, res: Results, info: dict[str, str], command: str, elapsed: float) -> str:
+    f = res.figures
+    g = f.get
+    rows = []
+    core, pgq = g("core_rate"), g("pgq_rate")
+    if core is not None and pgq is not None:
+        ok = core >= 20_000 and core / pgq >= 1.0
+        rows.append(("Core: claim + compose + no-op send + record, real daemon, 1 process",
+                     fmt_rate(core), f"PgQueuer no-op jobs, batch {g('pgq_batch')}: {fmt_rate(pgq)}",
+                     f"{core / pgq:.2f}x", "≥ 20,000/s and ≥ 1.0x", mark(ok)))
+    one, two, raw, hand = g("smtp1_rate"), g("smtp2_rate"), g("raw_rate"), g("handwritten_rate")
+    if one is not None:
+        rows.append((f"SMTP to smtp-sink, 1 daemon process ({cfg.pool_one} connections)", fmt_rate(one), "", "",
+                     "≥ 2,500/s", mark(one >= 2_500)))
+    if two is not None and raw is not None:
+        rows.append((f"SMTP to smtp-sink, 2 daemon processes ({cfg.pool_two} connections each)", fmt_rate(two),
+                     f"raw ceiling, aiosmtplib, pre-rendered, 1 process, {2 * cfg.pool_two} connections: "
+                     f"{fmt_rate(raw)}", f"{100 * two / raw:.0f}%", "≥ 5,000/s and ≥ 85%",
+                     mark(two >= 5_000 and two / raw >= 0.85)))
+    if g("raw2_rate") is not None and two is not None:
+        rows.append(("", "", f"raw, 2 processes, {cfg.pool_two} connections each: {fmt_rate(g('raw2_rate'))}",
+                     f"{100 * two / g('raw2_rate'):.0f}%", "(for information)", ""))
+    if one is not None and hand is not None:
+        rows.append(("SMTP, 1 daemon process vs the hand-written worker", fmt_rate(one),
+                     f"PgQueuer + EmailMessage + aiosmtplib, 1 process, {cfg.pool_one} connections: "
+                     f"{fmt_rate(hand)}", f"{one / hand:.1f}x", "≥ 4x", mark(one / hand >= 4)))
+    if g("latency_p50") is not None:
+        p50, p99 = g("latency_p50"), g("latency_p99")
+        rows.append((f"Pickup latency, COMMIT → MAIL FROM, {cfg.latency_rate:g} emails/s, "
+                     f"{g('latency_n')} emails", f"p50 {p50:.1f} ms, p99 {p99:.1f} ms", f"max {g('latency_max'):.1f} ms",
+                     "", "p50 ≤ 5 ms, p99 ≤ 30 ms", mark(p50 <= 5 and p99 <= 30)))
+    if g("growth_rate") is not None:
+        gr, base = g("growth_rate"), g("growth_empty_rate")
+        rows.append((f"Core with {cfg.final_rows:,} sent rows in the table", fmt_rate(gr),
+                     f"empty table, same rounds: {fmt_rate(base)}", f"{100 * gr / base:.0f}%", "≥ 90%",
+                     mark(gr / base >= 0.9)))
+    if g("memory_peak_rss") is not None:
+        rows.append((f"Daemon peak RSS draining a {cfg.memory_rows:,}-row backlog", f"{g('memory_peak_rss'):.0f} MB",
+                     f"{cfg.core_rows:,}-row backlog: {g('core_peak_rss'):.0f} MB; SMTP daemon: "
+                     f"{g('smtp1_rss') or 0:.0f} MB", "", "reported, bounded", ""))
+    if g("core_wal") is not None:
+        rows.append(("WAL per email (claim + record + attempt row)", f"{g('core_wal') / 1024:.1f} KB",
+                     f"PgQueuer per no-op job: {(g('pgq_wal') or 0) / 1024:.1f} KB; the app's INSERT: "
+                     f"{g('insert_wal') / 1024:.1f} KB", "", "reported", ""))
+
+    lines = []
+    lines.append(f"Machine: {info['cpu']}, {info['cores']} cores, {info['memory']}, Linux {info['kernel']}; "
+                 f"Python {info['python']}; PostgreSQL {info['postgresql']} (throwaway cluster, fsync on, "
+                 "synchronous_commit on); " + info["libraries"] + ".")
+    lines.append(f"Load average before the run: {info['load']}. Run time {elapsed / 60:.1f} min"
+                 f"{' (--quick: smoke figures, not for the README)' if cfg.quick else ''}.")
+    lines.append("")
+    lines.append("| measurement | outbox-mailer | reference, same run | ratio | target | |")
+    lines.append("|---|---|---|---|---|---|")
+    for r in rows:
+        lines.append("| " + " | ".join(r) + " |")
+    lines.append("")
+    lines.append(f"Medians of {cfg.reps} runs (interleaved rounds: each figure and its reference measured "
+                 f"alternately). Reproduce: `{command}`")
+    details = []
+    if g("pgq_sweep"):
+        details.append("PgQueuer no-op by batch size (median jobs/s): "
+                       + ", ".join(f"{b}: {r:,}" for b, r in g("pgq_sweep").items()))
+    for key, label in (("core_rates", "core, outbox-mailer"), ("pgq_rates", "core, PgQueuer"),
+                       ("smtp1_rates", "SMTP, 1 process"), ("handwritten_rates", "hand-written worker"),
+                       ("smtp2_rates", "SMTP, 2 processes"), ("raw_rates", "raw ceiling, 1 process"),
+                       ("raw2_rates", "raw ceiling, 2 processes"), ("growth_empty_rates", "core, empty table (growth rounds)"),
+                       ("growth_rates", f"core, {cfg.final_rows:,} sent rows")):
+        if g(key):
+            details.append(f"{label}: " + ", ".join(f"{x:,.0f}" for x in g(key)) + " /s")
+    if details:
+        lines.append("")
+        lines.append("Per-round figures: " + "; ".join(details) + ".")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------- main
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="small smoke run, about a minute")
+    ap.add_argument("--reps", type=int, default=0, help="repetitions per figure (default 3, quick 1)")
+    ap.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                    help="the daemon's log level (default INFO, what `outbox-mailer run` uses)")
+    ap.add_argument("--concurrency", type=int, default=500, help="core run: OUTBOX_MAILER_CONCURRENCY")
+    ap.add_argument("--batch", type=int, default=100, help="core run: OUTBOX_MAILER_BATCH_SIZE")
+    ap.add_argument("--pool", type=int, default=8, help="SMTP connections of the single daemon process")
+    ap.add_argument("--pool-two", type=int, default=8, help="SMTP connections of each of the two daemon processes")
+    ap.add_argument("--seconds", type=float, default=0.0,
+                    help="target length of one SMTP measurement; its email count is sized from a warm-up "
+                         "(default 6, quick 1.5)")
+    ap.add_argument("--only", default="", help="comma list of: core,smtp,latency,memory,growth")
+    ap.add_argument("--keep", action="store_true", help="keep the scratch directory (daemon logs, results.json)")
+    ap.add_argument("--profile", metavar="DIR", help="after the run, profile the core and the SMTP daemon with "
+                                                      "py-spy into DIR and print the hotspots")
+    return ap.parse_args(argv)
+
+
+async def amain(args: argparse.Namespace) -> int:
+    cfg = Config.from_args(args)
+    only = {s.strip() for s in args.only.split(",") if s.strip()}
+    want = (lambda name: not only or name in only)
+    began = time.monotonic()
+    ensure_python_deps()
+    sink_binary = ensure_smtp_sink()
+    from outbox_mailer.pgcluster import TemporaryPostgres
+
+    load = " ".join(Path("/proc/loadavg").read_text().split()[:3]) if os.path.exists("/proc/loadavg") else "?"
+    res = Results()
+    workdir = Path(tempfile.mkdtemp(prefix="outbox-bench-"))
+    os.chmod(workdir, 0o755)
+    pg = TemporaryPostgres(fast=False, extra_settings={
+        "synchronous_commit": "on", "track_commit_timestamp": "on", "max_wal_size": "4GB",
+        # loaded but idle (track=none, set below) unless --profile turns it on for the profiled runs
+        "shared_preload_libraries": "pg_stat_statements",
+    })
+    pg.start()
+    try:
+        with SmtpSink(sink_binary, lifetime_seconds=1800) as sink:
+            db = Db(pg.url)
+            await db.open()
+            await db.migrate()
+            pg_version = await db.conn.fetchval("SHOW server_version")
+            info = common.machine_info(pg_version)
+            info["load"] = load
+            print("\n".join(f"{k:>10}: {v}" for k, v in info.items()), flush=True)
+            log(f"PostgreSQL at {pg.url}; smtp-sink on 127.0.0.1:{sink.port}; scratch {workdir}")
+            if want("core"):
+                await measure_core(db, cfg, res, workdir)
+            if want("smtp"):
+                await measure_smtp(db, cfg, res, sink, workdir)
+            if want("latency"):
+                await measure_latency(db, cfg, res, workdir)
+            if want("memory"):
+                await measure_memory(db, cfg, res, workdir)
+            if want("growth"):
+                await measure_growth(db, cfg, res, workdir)
+            elapsed = time.monotonic() - began
+            command = "python bench/run.py" + (" --quick" if cfg.quick else "") + \
+                ("" if not args.reps else f" --reps {args.reps}")
+            print("\n" + report(cfg, res, info, command, elapsed), flush=True)
+            if res.notes:
+                print("\nNotes:\n" + "\n".join(f"- {n}" for n in res.notes))
+            if cfg.profile_dir:
+                await profile(db, cfg, res, sink, workdir, Path(cfg.profile_dir))
+            if args.keep:
+                (workdir / "results.json").write_text(json.dumps(res.figures, indent=2, default=str))
+                print(f"\nraw figures and daemon logs kept in {workdir}")
+            else:
+                shutil.rmtree(workdir, ignore_errors=True)
+    finally:
+        pg.stop()
+    return 0
+
+
+STATEMENTS = """
+SELECT calls, rows, total_exec_time AS total_ms, mean_exec_time AS mean_ms,
+       left(regexp_replace(query, '\\s+', ' ', 'g'), 90) AS query
+FROM pg_stat_statements
+WHERE query NOT LIKE '%status IN (''pending'', ''sending'')%' AND query NOT LIKE '%pg_stat_statements%'
+ORDER BY total_exec_time DESC LIMIT 8
+"""
+
+
+async def statements(db: Db, title: str, emails: int) -> None:
+    print(f"\n===== PostgreSQL statements: {title} ({emails:,} emails; pg_stat_statements) =====")
+    print(f"{'calls':>8} {'rows/call':>9} {'mean ms':>8} {'total ms':>9} {'per email':>10}  query")
+    for r in await db.conn.fetch(STATEMENTS):
+        per_call = r["rows"] / r["calls"] if r["calls"] else 0
+        print(f"{r['calls']:>8} {per_call:>9.1f} {r['mean_ms']:>8.3f} {r['total_ms']:>9.0f} "
+              f"{1000 * r['total_ms'] / emails:>8.1f}us  {r['query']}")
+
+
+async def profile(db: Db, cfg: Config, res: Results, sink: SmtpSink, workdir: Path, out: Path) -> None:
+    """py-spy (100 Hz) on one core run and one single-process SMTP run; pg_stat_statements for both."""
+    out.mkdir(parents=True, exist_ok=True)
+    log(f"profiling (py-spy, 100 Hz) into {out}")
+    await db.conn.execute("ALTER SYSTEM SET pg_stat_statements.track = 'top'")
+    await db.conn.execute("SELECT pg_reload_conf()")
+    try:
+        core_prof = str(out / "core.raw")
+
+        async def reset() -> None:
+            await db.conn.execute("SELECT pg_stat_statements_reset()")
+
+        r = await core_rep(db, cfg, "prof-", cfg.core_rows, truncate=True, profile=core_prof, workdir=workdir,
+                           before_run=reset)
+        log(f"  core under py-spy: {r['rate']:,.0f}/s")
+        await statements(db, "core run", cfg.core_rows)
+        smtp_prof = str(out / "smtp.raw")
+        await db.truncate()
+        with Daemons(db, cfg, sink.port, 1, cfg.pool_one, "prof", workdir, profile=smtp_prof):
+            await smtp_daemon_rep(db, "prof-warm-", 500)
+            rows = sized(float(res.figures.get("smtp1_rate") or 1_000), cfg, 2_000, 40_000)
+            await reset()
+            rate = await smtp_daemon_rep(db, "prof-smtp-", rows)
+            log(f"  SMTP daemon under py-spy: {rate:,.0f}/s")
+            await statements(db, "SMTP run, 1 daemon process", rows)
+    finally:
+        await db.conn.execute("ALTER SYSTEM SET pg_stat_statements.track = 'none'")
+        await db.conn.execute("SELECT pg_reload_conf()")
+    for name, path in (("core (no-op transport)", core_prof), ("SMTP daemon, 1 process", smtp_prof)):
+        deadline = time.monotonic() + 20
+        while not os.path.exists(path) and time.monotonic() < deadline:
+            await asyncio.sleep(0.2)
+        print(f"\n===== hotspots: {name} (py-spy samples; {path}) =====", flush=True)
+        subprocess.run([PY, str(BENCH_DIR / "hotspots.py"), path, "--top", "20"], check=False)
+
+
+def reexec_in_project_venv() -> None:
+    """`python bench/run.py` with an interpreter that lacks the project: use the project's .venv."""
+    try:
+        import anyio  # noqa: F401
+        import asyncpg  # noqa: F401
+    except ImportError:
+        venv_python = ROOT / ".venv" / "bin" / "python"
+        if venv_python.exists() and Path(sys.prefix).resolve() != (ROOT / ".venv").resolve():
+            os.execv(str(venv_python), [str(venv_python), *sys.argv])
+        sys.exit("outbox-mailer's dependencies are missing: pip install -e . (or create .venv) first")
+
+
+def main() -> int:
+    reexec_in_project_venv()
+    os.chdir(ROOT)
+    return asyncio.run(amain(parse_args()))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
