@@ -120,6 +120,7 @@ class Daemon:
         self._wake = anyio.Event()
         # in-flight row id -> (dedupe key, monotonic time of the claim); their advisory locks are ours
         self._held: dict[int, tuple[str, float]] = {}
+        self._sending = 0  # claimed rows whose send has not returned yet (the concurrency budget)
         self._slot_freed = anyio.Event()
         self._db = DaemonSessions(
             self._url, on_notify=self._wake_up, held_keys=lambda: [k for k, _ in self._held.values()],
@@ -224,7 +225,7 @@ class Daemon:
             return self.settings.concurrency  # nothing to gate (every row fails as an unknown transport)
         now = anyio.current_time()
         room = sum(g.transport.max_parallel for g in self.gates.values() if not g.is_paused(now))
-        return room - len(self._held)  # rows claimed but not yet at their gate count too
+        return room - self._sending  # rows claimed but not yet at their gate count too
 
     def _until_next_unpause(self) -> float:
         now = anyio.current_time()
@@ -238,7 +239,10 @@ class Daemon:
     async def _claim_loop(self, sends: TaskGroup) -> None:
         while not self._stopping.is_set():
             await self.liveness.beat_or_wedge()
-            free = min(self.settings.concurrency - len(self._held), self._gate_capacity())
+            # a send frees its slot when it returns; its outcome may still wait for the recorder
+            # (bounded: at most another `concurrency` rows awaiting their write)
+            free = min(self.settings.concurrency - self._sending, 2 * self.settings.concurrency - len(self._held),
+                       self._gate_capacity())
             if free <= 0:  # every slot busy, or every transport with room is paused
                 limit = min(self._until_next_unpause(), self.settings.poll_interval_seconds,
                             self.liveness.interval)
@@ -262,6 +266,7 @@ class Daemon:
                 self.observer.claimed(len(batch))
             for delivery in batch:
                 self._held[delivery.id] = (delivery.dedupe_key, claimed)
+                self._sending += 1
                 sends.start_soon(self._send_one, delivery)
             if len(batch) < want:
                 await self._idle(session)
@@ -297,6 +302,10 @@ class Daemon:
         self._slot_freed = anyio.Event()
         await self._slot_freed.wait()
 
+    def _sent_returned(self) -> None:
+        self._sending -= 1
+        self._slot_freed.set()
+
     def _release_slot(self, delivery: Delivery) -> None:
         self._held.pop(delivery.id, None)
         self._slot_freed.set()
@@ -312,11 +321,13 @@ class Daemon:
             # cut off by the grace period: the row stays 'sending' for the rescuer
             log.warning("abandoned key=%s attempt=%d: cancelled during the send", delivery.dedupe_key,
                         delivery.attempts)
+            self._sent_returned()
             self._release_slot(delivery)
             raise
         except Exception as exc:  # a poison row must not stop the daemon
             log.exception("unexpected error sending key=%s", delivery.dedupe_key)
             outcome = Outcome.permanent(f"internal error: {type(exc).__name__}: {exc}")
+        self._sent_returned()
         gate = self.gates.get(transport_name)
         outcome = gate.observe(outcome) if gate is not None else outcome
         finished = self.clock()
