@@ -24,6 +24,7 @@ Adding a provider: write a module with a class that has ``kind``,
 
 from __future__ import annotations
 
+import base64
 import email.utils
 import json
 import math
@@ -42,6 +43,7 @@ __all__ = [
     "AUTH_PAUSE_SECONDS",
     "ApiRequest",
     "ApiResponse",
+    "attachment_documents",
     "KeyedApi",
     "Provider",
     "build_transports",
@@ -214,6 +216,17 @@ def provider_for(settings: ApiTransportSettings, *, auth_pause_seconds: float = 
     return WebhookApi(settings.effective_base_url, bearer=key, signing_secret=secret,
                       auth_pause_seconds=auth_pause_seconds)
 
+
+
+
+def attachment_documents(fields: MessageFields, filename: str, content: str, content_type: str,
+                         **extra: str) -> list[dict[str, str]]:
+    """Each attachment as a provider's JSON object: base64 content under the provider's key names."""
+    return [
+        {filename: a.filename, content: base64.b64encode(a.content).decode("ascii"), content_type: a.content_type,
+         **extra}
+        for a in fields.attachments
+    ]
 
 
 class KeyedApi:

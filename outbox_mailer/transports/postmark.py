@@ -20,7 +20,6 @@ Answers:
 
 from __future__ import annotations
 
-import base64
 from datetime import datetime
 from typing import Any
 
@@ -29,6 +28,7 @@ from . import (
     ApiRequest,
     ApiResponse,
     KeyedApi,
+    attachment_documents,
     auth_pause,
     json_body,
     one_line,
@@ -78,11 +78,7 @@ class PostmarkApi(KeyedApi):
             {"Name": name, "Value": value} for name, value in fields.headers
         ]
         if fields.attachments:
-            document["Attachments"] = [
-                {"Name": a.filename, "Content": base64.b64encode(a.content).decode("ascii"),
-                 "ContentType": a.content_type}
-                for a in fields.attachments
-            ]
+            document["Attachments"] = attachment_documents(fields, "Name", "Content", "ContentType")
         metadata = string_values(delivery.metadata)
         if metadata:
             document["Metadata"] = metadata

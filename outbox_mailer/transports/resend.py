@@ -21,7 +21,6 @@ Answers:
 
 from __future__ import annotations
 
-import base64
 import re
 from datetime import datetime
 from typing import Any
@@ -31,6 +30,7 @@ from . import (
     ApiRequest,
     ApiResponse,
     KeyedApi,
+    attachment_documents,
     auth_pause,
     json_body,
     one_line,
@@ -91,11 +91,7 @@ class ResendApi(KeyedApi):
         if fields.headers:
             document["headers"] = dict(fields.headers)
         if fields.attachments:
-            document["attachments"] = [
-                {"filename": a.filename, "content": base64.b64encode(a.content).decode("ascii"),
-                 "content_type": a.content_type}
-                for a in fields.attachments
-            ]
+            document["attachments"] = attachment_documents(fields, "filename", "content", "content_type")
         row_tags = tags(delivery.metadata)
         if row_tags:
             document["tags"] = row_tags

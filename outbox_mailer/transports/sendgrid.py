@@ -16,7 +16,6 @@ Answers:
 
 from __future__ import annotations
 
-import base64
 from datetime import datetime
 from typing import Any
 
@@ -25,6 +24,7 @@ from . import (
     ApiRequest,
     ApiResponse,
     KeyedApi,
+    attachment_documents,
     auth_pause,
     json_body,
     one_line,
@@ -89,11 +89,8 @@ class SendGridApi(KeyedApi):
         if fields.reply_to is not None:
             document["reply_to"] = mailbox(fields.reply_to)
         if fields.attachments:
-            document["attachments"] = [
-                {"content": base64.b64encode(a.content).decode("ascii"), "filename": a.filename,
-                 "type": a.content_type, "disposition": "attachment"}
-                for a in fields.attachments
-            ]
+            document["attachments"] = attachment_documents(fields, "filename", "content", "type",
+                                                           disposition="attachment")
         if fields.headers:
             document["headers"] = dict(fields.headers)
         custom_args = string_values(delivery.metadata)
