@@ -343,8 +343,9 @@ class Daemon:
             transport=transport_name,
             worker=self.worker,
         )
-        with anyio.CancelScope(shield=True):
-            await self.recorder.inbox.send(OutcomeWrite(delivery, transition, attempt))
+        # the inbox is unbounded (at most one outcome per row in flight): send_nowait never waits,
+        # so nothing can cancel the hand-over between the send and the recorder
+        self.recorder.inbox.send_nowait(OutcomeWrite(delivery, transition, attempt))
 
     async def _attempt(self, delivery: Delivery, transport_name: str, now: datetime) -> Outcome:
         if delivery.expires_at is not None and delivery.expires_at <= now:
