@@ -44,6 +44,7 @@ __all__ = [
     "ApiRequest",
     "ApiResponse",
     "attachment_documents",
+    "sent_with_id",
     "KeyedApi",
     "Provider",
     "build_transports",
@@ -242,6 +243,17 @@ class KeyedApi:
 
     def _auth_header(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self._key}"}
+
+    def _post_json(self, path: str, document: dict[str, Any], **headers: str) -> ApiRequest:
+        headers = {**self._headers(), "Content-Type": "application/json", **headers}
+        return ApiRequest("POST", f"{self.base_url}{path}", headers, json_body(document))
+
+
+def sent_with_id(response: ApiResponse, field: str) -> Outcome:
+    """A 2xx answer whose JSON body may name the provider's message id in ``field``."""
+    body = response.json()
+    message_id = body.get(field) if isinstance(body, dict) else None
+    return Outcome.sent(str(message_id) if message_id else None, reply_code=response.status)
 
 
 def build_transports(settings: Settings) -> dict[str, Transport]:

@@ -30,9 +30,9 @@ from . import (
     KeyedApi,
     attachment_documents,
     auth_pause,
-    json_body,
     one_line,
     parse_retry_after,
+    sent_with_id,
     string_values,
 )
 
@@ -82,15 +82,12 @@ class PostmarkApi(KeyedApi):
         metadata = string_values(delivery.metadata)
         if metadata:
             document["Metadata"] = metadata
-        headers = {**self._headers(), "Content-Type": "application/json"}
-        return ApiRequest("POST", f"{self.base_url}/email", headers, json_body(document))
+        return self._post_json("/email", document)
 
     def interpret(self, response: ApiResponse, delivery: Delivery, now: datetime) -> Outcome:
         status = response.status
         if 200 <= status < 300:
-            body = response.json()
-            message_id = body.get("MessageID") if isinstance(body, dict) else None
-            return Outcome.sent(str(message_id) if message_id else None, reply_code=status)
+            return sent_with_id(response, "MessageID")
         code, message = _error(response)
         described = f"HTTP {status} ErrorCode {code}: {message}" if code is not None else f"HTTP {status}: {message}"
         if status in (401, 403) or code == ERROR_BAD_TOKEN:

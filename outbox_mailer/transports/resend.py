@@ -32,11 +32,11 @@ from . import (
     KeyedApi,
     attachment_documents,
     auth_pause,
-    json_body,
     one_line,
     parse_retry_after,
     resend_safe_until,
     seconds_until_utc_midnight,
+    sent_with_id,
 )
 
 IDEMPOTENCY_WINDOW_SECONDS = 86_400.0
@@ -95,15 +95,12 @@ class ResendApi(KeyedApi):
         row_tags = tags(delivery.metadata)
         if row_tags:
             document["tags"] = row_tags
-        headers = {**self._headers(), "Content-Type": "application/json", "Idempotency-Key": key}
-        return ApiRequest("POST", f"{self.base_url}/emails", headers, json_body(document))
+        return self._post_json("/emails", document, **{"Idempotency-Key": key})
 
     def interpret(self, response: ApiResponse, delivery: Delivery, now: datetime) -> Outcome:
         status = response.status
         if 200 <= status < 300:
-            body = response.json()
-            message_id = body.get("id") if isinstance(body, dict) else None
-            return Outcome.sent(str(message_id) if message_id else None, reply_code=status)
+            return sent_with_id(response, "id")
         name, message = _error(response)
         described = f"HTTP {status} {name}: {message}" if name else f"HTTP {status}: {message}"
         if status in (401, 403):

@@ -26,7 +26,6 @@ from . import (
     KeyedApi,
     attachment_documents,
     auth_pause,
-    json_body,
     one_line,
     parse_retry_after,
     split_address,
@@ -96,8 +95,7 @@ class SendGridApi(KeyedApi):
         custom_args = string_values(delivery.metadata)
         if custom_args:
             document["custom_args"] = custom_args
-        headers = {**self._headers(), "Content-Type": "application/json"}
-        return ApiRequest("POST", f"{self.base_url}/v3/mail/send", headers, json_body(document))
+        return self._post_json("/v3/mail/send", document)
 
     def interpret(self, response: ApiResponse, delivery: Delivery, now: datetime) -> Outcome:
         status = response.status

@@ -290,3 +290,47 @@ def figures(request: pytest.FixtureRequest, record_property: Callable[[str, obje
 
 
 sent_count_query = "SELECT count(*) FROM email_deliveries WHERE status = 'sent'"
+
+
+def sent_count(url: str) -> int:
+    return int(scalar(url, sent_count_query) or 0)
+
+
+@dataclass
+class KillRun:
+    in_flight: list[set[str]] = field(default_factory=list)  # per kill: keys the dead process had in 'sending'
+    left: list[int] = field(default_factory=list)  # per kill: rows not yet final
+
+    @property
+    def in_flight_total(self) -> int:
+        return sum(len(keys) for keys in self.in_flight)
+
+    @property
+    def in_flight_keys(self) -> set[str]:
+        return set().union(*self.in_flight)
+
+
+def kill_repeatedly(url: str, fleet: Fleet, env: dict[str, str], rng: Any, kills: int, *,
+                    max_sent_between: int, name: str = "kill") -> KillRun:
+    """Start a daemon, kill -9 it at a random moment, note what it had in flight; ``kills`` times.
+
+    The moment: once this daemon has sent a random 0..max_sent_between rows, plus a random 0..100 ms,
+    so that the kills land anywhere in the life of a daemon yet all of them during the drain.
+    """
+    run = KillRun()
+    for i in range(kills):
+        target = sent_count(url) + rng.randint(0, max_sent_between)
+        daemon = fleet.start(env, f"{name}-{i}")
+        daemon.wait_for_log(r"started worker=", 30)
+        wait_until(lambda: sent_count(url) >= target or not daemon.alive(), 30, interval=0.02,  # noqa: B023
+                   what=lambda: f"{target} rows sent:\n{daemon.log_tail()}")  # noqa: B023  # fmt: skip
+        time.sleep(rng.uniform(0, 0.1))
+        assert daemon.alive(), f"daemon exited on its own:\n{daemon.log_tail()}"
+        daemon.kill9()
+        rows = sql(url, f"SELECT dedupe_key FROM email_deliveries WHERE status = 'sending' "
+                        f"AND claimed_by = '{daemon.worker}'")  # fmt: skip
+        run.in_flight.append({key for (key,) in rows})
+        counts = status_counts(url)
+        run.left.append(counts.get("pending", 0) + counts.get("sending", 0))
+    return run
+

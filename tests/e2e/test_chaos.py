@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import random
 import time
-from dataclasses import dataclass, field
 
 from outbox_mailer.pgcluster import TemporaryPostgres
 from tests.e2e.chaos import (
@@ -20,11 +19,14 @@ from tests.e2e.chaos import (
     DaemonProcess,
     Figures,
     Fleet,
+    KillRun,
     daemon_env,
     figures,  # noqa: F401  (fixture)
     fleet,  # noqa: F401  (fixture)
     insert_rows,
+    kill_repeatedly,
     scalar,
+    sent_count,
     sql,
     status_counts,
     statuses,
@@ -42,10 +44,6 @@ def counted(rows: list[list[str]]) -> dict[str, int]:
     return {name: int(n) for name, n in rows}
 
 
-def sent_count(url: str) -> int:
-    return int(scalar(url, "SELECT count(*) FROM email_deliveries WHERE status = 'sent'") or 0)
-
-
 def stop(daemon: DaemonProcess, timeout: float = 20) -> int:
     daemon.terminate()
     return daemon.wait(timeout)
@@ -57,39 +55,9 @@ KILLS = 10
 KILL_ROWS = 3000
 
 
-@dataclass
-class KillRun:
-    in_flight: list[set[str]] = field(default_factory=list)  # per kill: keys the dead process had in 'sending'
-    left: list[int] = field(default_factory=list)  # per kill: rows not yet final
-
-    @property
-    def in_flight_total(self) -> int:
-        return sum(len(keys) for keys in self.in_flight)
-
-    @property
-    def in_flight_keys(self) -> set[str]:
-        return set().union(*self.in_flight)
-
-
 def kill_cycles(url: str, fleet: Fleet, env: dict[str, str], rng: random.Random, total: int) -> KillRun:
-    """Start a daemon, kill -9 it at a random moment, count what it had in flight; KILLS times. Then drain."""
-    run = KillRun()
-    for i in range(KILLS):
-        # The moment: once this daemon has sent a random 0..250 rows, plus a random 0..100 ms, so
-        # that the kills land anywhere in the life of a daemon yet all of them during the drain.
-        target = sent_count(url) + rng.randint(0, 250)
-        daemon = fleet.start(env, f"kill-{i}")
-        daemon.wait_for_log(r"started worker=", 30)
-        wait_until(lambda: sent_count(url) >= target or not daemon.alive(), 30, interval=0.02,  # noqa: B023
-                   what=lambda: f"{target} rows sent:\n{daemon.log_tail()}")  # noqa: B023  # fmt: skip
-        time.sleep(rng.uniform(0, 0.1))
-        assert daemon.alive(), f"daemon exited on its own:\n{daemon.log_tail()}"
-        daemon.kill9()
-        rows = sql(url, f"SELECT dedupe_key FROM email_deliveries WHERE status = 'sending' "
-                        f"AND claimed_by = '{daemon.worker}'")  # fmt: skip
-        run.in_flight.append({key for (key,) in rows})
-        counts = status_counts(url)
-        run.left.append(counts.get("pending", 0) + counts.get("sending", 0))
+    """KILLS kill -9 cycles, then one daemon drains the rest."""
+    run = kill_repeatedly(url, fleet, env, rng, KILLS, max_sent_between=250)
     final = fleet.start(env, "final")
     wait_until(lambda: all_settled(url, total), 90, interval=0.5,
                what=lambda: f"every row settled; now {status_counts(url)}")  # fmt: skip

@@ -23,6 +23,7 @@ from tests.e2e.chaos import (
     figures,  # noqa: F401  (fixture)
     fleet,  # noqa: F401  (fixture)
     insert_rows,
+    kill_repeatedly,
     scalar,
     sql,
     status_counts,
@@ -43,10 +44,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def sent_count(url: str) -> int:
-    return int(scalar(url, "SELECT count(*) FROM email_deliveries WHERE status = 'sent'") or 0)
 
 
 def settled(url: str, total: int) -> bool:
@@ -94,21 +91,7 @@ def test_kill9_ten_times_through_resend_every_key_accepted_exactly_once(
             OUTBOX_MAILER_DEFAULT_FROM="app@example.com",
         )
         started = time.monotonic()
-        in_flight: list[int] = []
-        left: list[int] = []
-        for i in range(KILLS):
-            target = sent_count(db_url) + rng.randint(0, 200)
-            daemon = fleet.start(env, f"resend-kill-{i}")
-            daemon.wait_for_log(r"started worker=", 30)
-            wait_until(lambda: sent_count(db_url) >= target or not daemon.alive(), 30, interval=0.02,  # noqa: B023
-                       what=lambda: f"{target} rows sent:\n{daemon.log_tail()}")  # noqa: B023  # fmt: skip
-            time.sleep(rng.uniform(0, 0.1))
-            assert daemon.alive(), f"daemon exited on its own:\n{daemon.log_tail()}"
-            daemon.kill9()
-            in_flight.append(int(scalar(db_url, f"SELECT count(*) FROM email_deliveries WHERE status = 'sending' "
-                                                f"AND claimed_by = '{daemon.worker}'")))  # fmt: skip
-            counts = status_counts(db_url)
-            left.append(counts.get("pending", 0) + counts.get("sending", 0))
+        run = kill_repeatedly(db_url, fleet, env, rng, KILLS, max_sent_between=200, name="resend-kill")
         final = fleet.start(env, "resend-final")
         wait_until(lambda: settled(db_url, ROWS), TIME_LIMIT_SECONDS, interval=0.5,
                    what=lambda: f"every row settled; now {status_counts(db_url)}")  # fmt: skip
@@ -119,8 +102,8 @@ def test_kill9_ten_times_through_resend_every_key_accepted_exactly_once(
         outcomes = {o: int(n) for o, n in sql(db_url, "SELECT outcome, count(*) FROM email_delivery_attempts "
                                                       "GROUP BY 1")}  # fmt: skip
         figures("kills", KILLS)
-        figures("in_flight_per_kill", in_flight)
-        figures("rows_left_at_each_kill", left)
+        figures("in_flight_per_kill", [len(keys) for keys in run.in_flight])
+        figures("rows_left_at_each_kill", run.left)
         figures("drain_seconds", round(elapsed, 1))
         figures("requests_answered", dict(sorted(server.answers.items())))
         figures("duplicate_requests_absorbed_by_key", server.replays)
@@ -136,7 +119,7 @@ def test_kill9_ten_times_through_resend_every_key_accepted_exactly_once(
         assert server.conflicts == 0, "a retry carried another payload under the same key"
         assert server.replays > 0, "no repeat reached the provider: the faults did not bite"
         assert outcomes.get("ambiguous", 0) > 0
-        assert left[-1] > 0, "the backlog drained before the last kill"
+        assert run.left[-1] > 0, "the backlog drained before the last kill"
         assert elapsed < TIME_LIMIT_SECONDS
         missing_id = int(scalar(db_url, "SELECT count(*) FROM email_deliveries WHERE provider_message_id IS NULL"))
         assert missing_id == 0
