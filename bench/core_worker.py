@@ -80,12 +80,14 @@ async def main(url: str, rows: int, concurrency: int, batch: int) -> None:
             await anyio.sleep(0.25)
 
     start = time.time()
+    cpu_start = time.process_time()
     async with anyio.create_task_group() as tg:
         tg.start_soon(stop_when_done)
         tg.start_soon(sample_rss)
         await daemon.run()
     common.emit_result({
         "start": start, "end": counter.end, "recorded": counter.recorded_rows,
+        "cpu_seconds": time.process_time() - cpu_start,
         "sent": daemon.recorder.counts.get("sent"), "peak_rss_mb": common.peak_rss_mb(),
         "max_sampled_rss_mb": max(rss_samples) if rss_samples else None,
     })

@@ -96,7 +96,7 @@ class Config:
         q = a.quick
         return cls(
             quick=q, reps=a.reps or (1 if q else 3), log_level=a.log_level,
-            core_rows=5_000 if q else 30_000, core_concurrency=a.concurrency, core_batch=a.batch,
+            core_rows=a.core_rows or (5_000 if q else 30_000), core_concurrency=a.concurrency, core_batch=a.batch,
             memory_rows=10_000 if q else 100_000,
             pgq_batches=[100, 500] if q else [100, 250, 500, 1000],
             seconds=a.seconds or (1.5 if q else 6.0), pool_one=a.pool, pool_two=a.pool_two,
@@ -200,7 +200,7 @@ class DaemonProcess:
             "OUTBOX_MAILER_SMTP__TLS": "none",
             "OUTBOX_MAILER_SMTP__POOL_SIZE": str(pool),
             "OUTBOX_MAILER_SMTP__HELO_NAME": "bench.example.com",
-            "OUTBOX_MAILER_CONCURRENCY": str(max(pool, 8)),
+            "OUTBOX_MAILER_CONCURRENCY": str(2 * pool),  # a send per connection, and the next one ready
             "OUTBOX_MAILER_RESCUE_INTERVAL_SECONDS": "3600",
             "OUTBOX_MAILER_WORKER_NAME": name,
         })
@@ -342,7 +342,7 @@ async def core_rep(db: Db, cfg: Config, prefix: str, rows: int, *, truncate: boo
     if sent != rows:
         raise RuntimeError(f"core run: {sent} of {rows} rows sent")
     return {"rate": rows / (r["end"] - r["start"]), "wal": wal / rows, "insert_wal": insert_wal / rows,
-            "peak_rss": r["peak_rss_mb"]}
+            "peak_rss": r["peak_rss_mb"], "cpu_us": 1e6 * r["cpu_seconds"] / rows}
 
 
 async def pgq_rep(db: Db, mode: str, jobs: int, batch: int, extra: list[str], workdir: Path) -> dict[str, float]:
@@ -379,7 +379,7 @@ async def measure_core(db: Db, cfg: Config, res: Results, workdir: Path) -> None
     theirs: dict[int, list[dict[str, float]]] = {b: [] for b in cfg.pgq_batches}
     for i in range(cfg.reps):
         ours.append(await core_rep(db, cfg, f"core{i}-", cfg.core_rows, truncate=True, workdir=workdir))
-        line = f"  round {i + 1}: outbox-mailer {ours[-1]['rate']:,.0f}/s; PgQueuer"
+        line = f"  round {i + 1}: outbox-mailer {ours[-1]['rate']:,.0f}/s ({ours[-1]['cpu_us']:.0f} µs CPU/email); PgQueuer"
         for b in cfg.pgq_batches:
             theirs[b].append(await pgq_rep(db, "noop", cfg.core_rows, b, [], workdir))
             line += f" b{b} {theirs[b][-1]['rate']:,.0f}/s"
@@ -388,6 +388,7 @@ async def measure_core(db: Db, cfg: Config, res: Results, workdir: Path) -> None
     res.put("core_rate", median([r["rate"] for r in ours]))
     res.put("core_rates", [r["rate"] for r in ours])
     res.put("core_wal", median([r["wal"] for r in ours]))
+    res.put("core_cpu_us", median([r["cpu_us"] for r in ours]))
     res.put("insert_wal", median([r["insert_wal"] for r in ours]))
     res.put("core_peak_rss", max(r["peak_rss"] for r in ours))
     res.put("pgq_batch", best)
@@ -409,15 +410,18 @@ def sized(rate: float, cfg: Config, low: int, high: int) -> int:
     return int(max(low, min(high, round(rate * cfg.seconds, -2))))
 
 
-async def smtp_daemon_rep(db: Db, prefix: str, rows: int) -> float:
+async def smtp_daemon_rep(db: Db, prefix: str, rows: int, daemons: Daemons | None = None) -> float:
     await db.conn.execute("BEGIN")
     await db.insert_rows(prefix, rows)
+    cpu = daemons.cpu_seconds() if daemons else 0.0
     start = time.time()
     await db.conn.execute("COMMIT")  # the statement trigger's NOTIFY goes out with it
     await db.wait_drained(300)
     sent = await db.count(prefix, "sent")
     if sent != rows:
         raise RuntimeError(f"SMTP run {prefix}: {sent} of {rows} sent (see the daemon logs)")
+    if daemons:
+        daemons.cpu_us.append(1e6 * (daemons.cpu_seconds() - cpu) / rows)
     return rows / (await db.last_update(prefix) - start)
 
 
@@ -438,6 +442,10 @@ class Daemons:
         self.procs = [DaemonProcess(db.url, sink_port, pool, f"{key}-{i}", cfg.log_level, workdir,
                                     profile=profile if i == 0 else None) for i in range(processes)]
         self.rss: list[tuple[float, float]] = []
+        self.cpu_us: list[float] = []  # daemon CPU per email, summed over the processes, per measured run
+
+    def cpu_seconds(self) -> float:
+        return sum(common.cpu_seconds(d.python_pid()) for d in self.procs)
 
     def __enter__(self) -> Daemons:
         try:
@@ -466,14 +474,16 @@ async def measure_smtp(db: Db, cfg: Config, res: Results, sink: SmtpSink, workdi
         hw_rows = sized(hw_warm, cfg, 500, 10_000)
         ones, hands = [], []
         for i in range(cfg.reps):
-            ones.append(await smtp_daemon_rep(db, f"smtp1-{i}-", rows))
+            ones.append(await smtp_daemon_rep(db, f"smtp1-{i}-", rows, daemons))
             hands.append((await pgq_rep(db, "email", hw_rows, hw_batch, hw_extra, workdir))["rate"])
-            log(f"  round {i + 1}: daemon {ones[-1]:,.0f}/s ({rows:,} emails); hand-written {hands[-1]:,.0f}/s "
+            log(f"  round {i + 1}: daemon {ones[-1]:,.0f}/s ({rows:,} emails, {daemons.cpu_us[-1]:.0f} µs CPU/email); "
+                f"hand-written {hands[-1]:,.0f}/s "
                 f"({hw_rows:,} emails)")
     res.put("smtp1_rate", median(ones))
     res.put("smtp1_rates", ones)
     res.put("smtp1_rows", rows)
     res.put("smtp1_rss", max(peak for _, peak in daemons.rss))
+    res.put("smtp1_cpu_us", median(daemons.cpu_us))
     res.put("handwritten_rate", median(hands))
     res.put("handwritten_rates", hands)
     res.put("handwritten_batch", hw_batch)
@@ -489,10 +499,11 @@ async def measure_smtp(db: Db, cfg: Config, res: Results, sink: SmtpSink, workdi
         raw_rows = sized(raw_warm, cfg, 2_000, 40_000)
         twos, raws, raws2 = [], [], []
         for i in range(cfg.reps):
-            twos.append(await smtp_daemon_rep(db, f"smtp2-{i}-", rows))
+            twos.append(await smtp_daemon_rep(db, f"smtp2-{i}-", rows, daemons))
             raws.append(await raw_rep(sink, raw_rows, conns, 1))
             raws2.append(await raw_rep(sink, raw_rows, conns, 2))
-            log(f"  round {i + 1}: 2 daemons {twos[-1]:,.0f}/s ({rows:,} emails); raw 1 process {raws[-1]:,.0f}/s, "
+            log(f"  round {i + 1}: 2 daemons {twos[-1]:,.0f}/s ({rows:,} emails, {daemons.cpu_us[-1]:.0f} µs CPU/email); "
+                f"raw 1 process {raws[-1]:,.0f}/s, "
                 f"2 processes {raws2[-1]:,.0f}/s ({raw_rows:,} emails)")
     failed = await db.conn.fetchval("SELECT count(*) FROM email_deliveries WHERE status <> 'sent'")
     if failed:
@@ -500,6 +511,7 @@ async def measure_smtp(db: Db, cfg: Config, res: Results, sink: SmtpSink, workdi
     res.put("smtp2_rate", median(twos))
     res.put("smtp2_rates", twos)
     res.put("smtp2_rss", max(peak for _, peak in daemons.rss))
+    res.put("smtp2_cpu_us", median(daemons.cpu_us))
     res.put("raw_rate", median(raws))
     res.put("raw_rates", raws)
     res.put("raw2_rate", median(raws2))
@@ -705,6 +717,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="the daemon's log level (default INFO, what `outbox-mailer run` uses)")
     ap.add_argument("--concurrency", type=int, default=500, help="core run: OUTBOX_MAILER_CONCURRENCY")
     ap.add_argument("--batch", type=int, default=100, help="core run: OUTBOX_MAILER_BATCH_SIZE")
+    ap.add_argument("--core-rows", type=int, default=0, help="core run: rows per measurement (default 30,000, quick 5,000)")
     ap.add_argument("--pool", type=int, default=8, help="SMTP connections of the single daemon process")
     ap.add_argument("--pool-two", type=int, default=8, help="SMTP connections of each of the two daemon processes")
     ap.add_argument("--seconds", type=float, default=0.0,
