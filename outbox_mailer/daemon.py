@@ -2,10 +2,13 @@
 
 Tasks inside one anyio task group::
 
-    claim loop ──claims a batch──▶ send tasks (≤ concurrency) ──outcome──▶ recorder
-        ▲  wake: NOTIFY, poll interval, next scheduled_at                  │
-        └──────────────── slot freed ◀─────── locks released ◀────────────┘
+    claim loop ──claims a batch──▶ transport gates: queue + max_parallel workers ──outcome──▶ recorder
+        ▲  wake: NOTIFY, poll interval, next scheduled_at                              │
+        └──────────────────── slot freed ◀─────── locks released ◀─────────────────────┘
     rescuer: every rescue_interval_seconds, settles claims of dead processes
+
+Each transport's workers are started once and live as long as the daemon: a
+claimed row costs a queue entry, not a task (see gate.py).
 
 A transport whose server cannot be reached is paused by its circuit breaker:
 its rows are not claimed until the pause ends, and the attempts that failed
@@ -127,8 +130,11 @@ class Daemon:
             stopping=self._stopping, on_retry=lambda: self.liveness.beat(),
         )
         self.observer = observer
+        # the claim loop is about to claim again: outcome writes leave their unlocks to that claim
+        self._claiming = False
         self.recorder = Recorder(self._db, self._stopping, self._recorded,
-                                 observer.recorded if observer is not None else None)
+                                 observer.recorded if observer is not None else None,
+                                 defer_release=lambda: self._claiming and not self._stopping.is_set())
 
     # ---- lifecycle -------------------------------------------------------------
 
@@ -173,8 +179,12 @@ class Daemon:
                 async with anyio.create_task_group() as core:
                     core.start_soon(self.recorder.run)
                     async with anyio.create_task_group() as sends:
-                        await self._claim_loop(sends)
+                        for gate in self.gates.values():
+                            for _ in range(gate.workers):
+                                sends.start_soon(gate.serve, self._send_one)
+                        await self._claim_loop()
                         await self._drain(sends)
+                    self._never_started()
                     await self.recorder.inbox.aclose()
                 outer.cancel_scope.cancel()
         finally:
@@ -213,6 +223,13 @@ class Daemon:
             log.warning("grace period over: abandoning %d sends to the rescuer", len(self._held))
         sends.cancel_scope.cancel()
 
+    def _never_started(self) -> None:
+        """Rows still queued at a gate when the sends stopped were never attempted: give them back."""
+        for gate in self.gates.values():
+            for delivery in gate.take_queued():
+                self._finish(delivery, gate.name, self.clock(), Outcome.transient(
+                    "not started before shutdown", charge_attempt=False, held_back=True))
+
     def _wake_up(self) -> None:
         self._wake.set()
 
@@ -224,8 +241,7 @@ class Daemon:
         if not self.gates:
             return self.settings.concurrency  # nothing to gate (every row fails as an unknown transport)
         now = anyio.current_time()
-        room = sum(g.transport.max_parallel for g in self.gates.values() if not g.is_paused(now))
-        return room - self._sending  # rows claimed but not yet at their gate count too
+        return sum(g.room for g in self.gates.values() if not g.is_paused(now))
 
     def _until_next_unpause(self) -> float:
         now = anyio.current_time()
@@ -236,7 +252,25 @@ class Daemon:
         now = anyio.current_time()
         return [name for name, gate in self.gates.items() if gate.is_paused(now)]
 
-    async def _claim_loop(self, sends: TaskGroup) -> None:
+    async def _claim_loop(self) -> None:
+        self._claiming = True
+        try:
+            await self._claim_until_stopped()
+        finally:
+            self._claiming = False
+        await self._release_deferred()
+
+    async def _release_deferred(self) -> None:
+        """Before waiting for work: release the locks the recorder left for the next claim."""
+        try:
+            session = await self._db.claim_session()
+            if session.deferred_unlocks:
+                await session.release_deferred()
+        except DatabaseError as exc:
+            if not self._stopping.is_set():
+                await self._db.failed(exc)  # closing the session releases every lock it held
+
+    async def _claim_until_stopped(self) -> None:
         while not self._stopping.is_set():
             await self.liveness.beat_or_wedge()
             # a send frees its slot when it returns; its outcome may still wait for the recorder
@@ -246,8 +280,12 @@ class Daemon:
             if free <= 0:  # every slot busy, or every transport with room is paused
                 limit = min(self._until_next_unpause(), self.settings.poll_interval_seconds,
                             self.liveness.interval)
+                self._claiming = not self._paused()  # busy slots: a claim follows the next freed one
+                if not self._claiming:
+                    await self._release_deferred()
                 with anyio.move_on_after(limit):
                     await self._wait_slot()
+                self._claiming = True
                 continue
             self._wake = anyio.Event()  # before claiming, so a NOTIFY during the claim is not lost
             want = min(self.settings.batch_size, free)
@@ -267,7 +305,14 @@ class Daemon:
             for delivery in batch:
                 self._held[delivery.id] = (delivery.dedupe_key, claimed)
                 self._sending += 1
-                sends.start_soon(self._send_one, delivery)
+                name = delivery.transport or self.default_transport
+                gate = self.gates.get(name)
+                if gate is not None:
+                    gate.submit(delivery)
+                else:
+                    known = ", ".join(sorted(self.transports)) or "none"
+                    self._finish(delivery, name, self.clock(), Outcome.permanent(
+                        f"transport: unknown transport {name!r} (configured: {known})", charge_attempt=False))
             if len(batch) < want:
                 await self._idle(session)
 
@@ -289,8 +334,13 @@ class Daemon:
             else:
                 timeout = min(timeout, DUE_BUT_UNCLAIMABLE_RECHECK_SECONDS)  # their keys are locked elsewhere
         timeout = min(timeout, self.liveness.interval)
-        with anyio.move_on_after(timeout):
-            await self._wake.wait()
+        self._claiming = False
+        try:
+            await self._release_deferred()
+            with anyio.move_on_after(timeout):
+                await self._wake.wait()
+        finally:
+            self._claiming = True
         await self.liveness.refresh_pending(session)
 
     def _status_line(self, pending: int | None) -> str:
@@ -327,9 +377,11 @@ class Daemon:
         except Exception as exc:  # a poison row must not stop the daemon
             log.exception("unexpected error sending key=%s", delivery.dedupe_key)
             outcome = Outcome.permanent(f"internal error: {type(exc).__name__}: {exc}")
+        self._finish(delivery, transport_name, started, self.gates[transport_name].observe(outcome))
+
+    def _finish(self, delivery: Delivery, transport_name: str, started: datetime, outcome: Outcome) -> None:
+        """The send returned (or never could start): decide, and hand the outcome to the recorder."""
         self._sent_returned()
-        gate = self.gates.get(transport_name)
-        outcome = gate.observe(outcome) if gate is not None else outcome
         finished = self.clock()
         transition = decide(delivery, outcome, finished, self.policy, self.rng.random())
         attempt = AttemptRecord(
@@ -351,11 +403,7 @@ class Daemon:
         if delivery.expires_at is not None and delivery.expires_at <= now:
             return Outcome.permanent(f"expired at {delivery.expires_at.isoformat()} before it could be sent",
                                      charge_attempt=False)
-        transport = self.transports.get(transport_name)
-        if transport is None:
-            known = ", ".join(sorted(self.transports)) or "none"
-            return Outcome.permanent(f"transport: unknown transport {transport_name!r} (configured: {known})",
-                                     charge_attempt=False)
+        transport = self.transports[transport_name]
         try:
             message = compose(
                 delivery,

@@ -2,8 +2,11 @@
 
 A :class:`TransportGate` wraps one transport with:
 
-* a capacity limit (never more sends in flight than the transport can take,
-  so no send waits inside the transport after it was admitted);
+* a queue of claimed rows and ``transport.max_parallel`` long-lived workers
+  that take them in order (never more sends in flight than the transport can
+  take, so no send waits inside the transport after it was admitted; and no
+  task, cancel scope or limiter per row: a worker whose send finishes without
+  waiting goes straight on to the next row);
 * an optional token bucket (rate limit shared by the daemon's sends; a 429
   with Retry-After empties it for that long);
 * a circuit breaker (an unreachable server pauses the transport with backoff;
@@ -18,7 +21,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Awaitable, Callable
 
 import anyio
 
@@ -27,6 +31,8 @@ from .delivery import ComposedMessage, Delivery, Outcome, OutcomeKind, Transport
 from .ratelimit import TokenBucket
 
 log = logging.getLogger("outbox_mailer")
+
+QUEUE_PER_WORKER = 1
 
 
 def is_unreachable(outcome: Outcome) -> bool:
@@ -41,23 +47,65 @@ class TransportGate:
         self.transport = transport
         self.breaker = breaker
         self.limiter = limiter
-        self._slots = anyio.CapacityLimiter(transport.max_parallel)
+        self.workers = max(1, transport.max_parallel)
+        self._queue: deque[Delivery] = deque()
+        self._idle: list[anyio.Event] = []  # one event per worker waiting for a row
+        self._busy = 0  # workers handling a row
 
     def is_paused(self, now: float) -> bool:
         return self.breaker.is_paused(now)
 
+    @property
+    def room(self) -> int:
+        """Rows this gate can take: one for each idle worker, and one more waiting per worker.
+
+        The waiting row lets the claim loop fetch a worthwhile batch while every
+        worker is busy (a claim of one or two rows costs as much as one of ten),
+        yet its claim ages by at most one send before it starts.
+        """
+        return QUEUE_PER_WORKER * self.workers + self.workers - self._busy - len(self._queue)
+
+    def submit(self, delivery: Delivery) -> None:
+        """Queue a claimed row and wake one idle worker (never waits)."""
+        self._queue.append(delivery)
+        if self._idle:
+            self._idle.pop().set()
+
+    def take_queued(self) -> list[Delivery]:
+        """Remove and return the rows no worker has started (at shutdown)."""
+        rows = list(self._queue)
+        self._queue.clear()
+        return rows
+
+    async def serve(self, handle: Callable[[Delivery], Awaitable[None]]) -> None:
+        """One worker: handle queued rows one after another, forever (cancel to stop)."""
+        while True:
+            while self._queue:
+                self._busy += 1
+                try:
+                    await handle(self._queue.popleft())
+                finally:
+                    self._busy -= 1
+            wake = anyio.Event()
+            self._idle.append(wake)
+            try:
+                await wake.wait()
+            finally:
+                if not wake.is_set():
+                    self._idle.remove(wake)
+
     async def send(self, message: ComposedMessage, delivery: Delivery, may_start: Callable[[], bool]) -> Outcome:
-        async with self._slots:
-            if self.limiter is not None:
-                await self.limiter.acquire()
-            now = anyio.current_time()
-            if self.breaker.is_paused(now):
-                return Outcome.transient(f"transport {self.name!r} is paused", charge_attempt=False,
-                                         held_back=True, retry_after_seconds=self.breaker.remaining(now))
-            if not may_start():
-                return Outcome.transient("waited too long after the claim to start a send safely",
-                                         charge_attempt=False, held_back=True)
-            return await self.transport.send(message, delivery)
+        """Send through the transport unless paused, rate-limited past safety, or the claim is too old."""
+        if self.limiter is not None:
+            await self.limiter.acquire()
+        now = anyio.current_time()
+        if self.breaker.is_paused(now):
+            return Outcome.transient(f"transport {self.name!r} is paused", charge_attempt=False,
+                                     held_back=True, retry_after_seconds=self.breaker.remaining(now))
+        if not may_start():
+            return Outcome.transient("waited too long after the claim to start a send safely",
+                                     charge_attempt=False, held_back=True)
+        return await self.transport.send(message, delivery)
 
     def observe(self, outcome: Outcome) -> Outcome:
         """Feed the breaker and the rate limiter; returns the outcome with its retry time adjusted."""

@@ -9,12 +9,17 @@
 -- make one wait for the other, never let two daemons hold one key.
 
 -- name: claim_due
--- Claim up to $1 due rows for worker $3 with claim token $2, taking the per-key advisory lock of each; rows whose transport (null = $5) is in $4 (paused) are left alone.
-WITH candidates AS (
+-- First release this session's advisory locks of keys $6 (outcomes committed earlier; a key held twice appears twice), then claim up to $1 due rows for worker $3 with claim token $2, taking the per-key advisory lock of each; rows whose transport (null = $5) is in $4 (paused) are left alone.
+WITH released AS (
+    -- referenced below as a one-time filter, so it runs once, before any row is locked
+    SELECT count(*) FILTER (WHERE pg_advisory_unlock(hashtextextended('outbox-mailer:' || k, 0))) AS n
+    FROM unnest($6::text[]) AS k
+), candidates AS (
     SELECT id, dedupe_key
     FROM email_deliveries
     WHERE status = 'pending' AND scheduled_at <= now()
       AND coalesce(transport, $5::text) <> ALL ($4::text[])
+      AND (SELECT n FROM released) >= 0
     ORDER BY priority DESC, scheduled_at, id
     LIMIT $1
     FOR UPDATE SKIP LOCKED

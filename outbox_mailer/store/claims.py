@@ -72,6 +72,13 @@ class ClaimSession:
     def __init__(self, conn: asyncpg.Connection) -> None:
         self._conn = conn
         self._lock = anyio.Lock()
+        # keys whose outcome is committed and whose lock the next claim releases (a list: a key
+        # this session locked twice, re-entrantly, is released twice)
+        self._unlock_later: list[str] = []
+
+    @property
+    def deferred_unlocks(self) -> int:
+        return len(self._unlock_later)
 
     @classmethod
     async def open(cls, url: str, *, timeout: float = 10.0) -> ClaimSession:
@@ -90,9 +97,21 @@ class ClaimSession:
     ) -> list[Delivery]:
         token = uuid.uuid4()
         async with self._lock:
+            # on an error the session is closed and its locks go with it: nothing to keep
+            unlock, self._unlock_later = self._unlock_later, []
             with translate_errors():
-                rows = await self._conn.fetch(sql("claim_due"), limit, token, worker, list(paused), default_transport)
+                rows = await self._conn.fetch(sql("claim_due"), limit, token, worker, list(paused), default_transport,
+                                              unlock)
         return [_delivery(r) for r in rows]
+
+    async def release_deferred(self) -> int:
+        """Release now the locks kept for the next claim (before waiting for work); returns how many."""
+        if not self._unlock_later:
+            return 0
+        async with self._lock:
+            unlock, self._unlock_later = self._unlock_later, []
+            with translate_errors():
+                return await self._conn.fetchval(sql("release_locks"), unlock)
 
     async def attempts_recorded(self, writes: Sequence[OutcomeWrite]) -> set[int]:
         """Ids among ``writes`` whose attempt row exists (their outcome was committed before)."""
@@ -114,11 +133,15 @@ class ClaimSession:
             with translate_errors():
                 return [r["dedupe_key"] for r in await self._conn.fetch(sql("relock"), list(keys))]
 
-    async def record_outcomes(self, writes: Sequence[OutcomeWrite], *, release: bool = True) -> set[int]:
+    async def record_outcomes(self, writes: Sequence[OutcomeWrite], *, release: bool = True,
+                              defer_release: bool = False) -> set[int]:
         """Apply transitions fenced on the claim, then (``release``) unlock their keys.
 
-        Both statements run back to back on this session with nothing between
-        them. Returns the ids whose claim was still ours.
+        The unlock follows the commit: back to back on this session, or, with
+        ``defer_release``, inside the next :meth:`claim_due` (one round trip
+        fewer per batch; the rows are final or scheduled later by then, so a
+        lock held a little longer only keeps what it already kept). Returns the
+        ids whose claim was still ours.
         """
         if not writes:
             return set()
@@ -148,7 +171,9 @@ class ClaimSession:
         async with self._lock:
             with translate_errors():
                 rows = await self._conn.fetch(sql("record_outcomes"), *args)
-                if release:
+                if release and defer_release:
+                    self._unlock_later.extend(w.delivery.dedupe_key for w in writes)
+                elif release:
                     await self._conn.fetchval(sql("release_locks"), [w.delivery.dedupe_key for w in writes])
         return {r["id"] for r in rows}
 

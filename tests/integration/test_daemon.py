@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import email
 import email.policy
+import logging
 from typing import Any
 
 import anyio
@@ -14,6 +15,13 @@ from tests.integration.conftest import insert
 from tests.smtp_server import SmtpTestServer
 
 pytestmark = pytest.mark.anyio
+
+# advisory locks held (by anyone) on the keys of rows whose dedupe_key is LIKE $1
+LOCKS_OF_KEYS = """
+SELECT count(*) AS n FROM pg_locks l
+WHERE l.locktype = 'advisory' AND ((l.classid::bigint << 32) | l.objid::bigint) IN (
+    SELECT hashtextextended('outbox-mailer:' || dedupe_key, 0) FROM email_deliveries WHERE dedupe_key LIKE $1)
+"""
 
 
 async def test_committed_rows_are_delivered_once_with_their_message_id(
@@ -186,3 +194,30 @@ async def test_smtp_idempotency_header_carries_the_dedupe_key(
     assert plain == "order-42-confirmation"
     assert digest.startswith("outbox-") and len(digest) == len("outbox-") + 32
     assert r.daemon.transports["smtp"].idempotency_window_seconds == 86_400
+
+
+async def test_an_idle_daemon_holds_no_advisory_locks(running: Any, store: Store) -> None:
+    # outcome writes leave their unlocks to the next claim; before waiting for work, the daemon releases them
+    for i in range(30):
+        await insert(store, f"idle{i}")
+    r = await running(poll_interval_seconds=60)
+    await r.final(*[f"idle{i}" for i in range(30)])
+    locks = -1
+    with anyio.move_on_after(5):
+        while locks != 0:
+            await anyio.sleep(0.05)
+            [row] = await store.fetch(LOCKS_OF_KEYS, "idle%")
+            locks = row["n"]
+    assert locks == 0, "an idle daemon still holds advisory locks of rows already recorded"
+
+
+async def test_sent_rows_log_at_debug_and_retries_at_info(
+    running: Any, store: Store, smtp_server: SmtpTestServer, caplog: pytest.LogCaptureFixture  # noqa: F811
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="outbox_mailer")
+    smtp_server.fail("RCPT", "451 4.7.1 greylisted", times=1)
+    await insert(store, "grey-log")
+    r = await running()
+    await r.final("grey-log")
+    lines = [(rec.levelno, rec.getMessage()) for rec in caplog.records if "key=grey-log" in rec.getMessage()]
+    assert [(level, msg.split()[0]) for level, msg in lines] == [(logging.INFO, "pending"), (logging.DEBUG, "sent")]

@@ -112,6 +112,32 @@ async def test_a_key_locked_by_another_session_is_skipped(db_url: str, store: St
         await other.close()
 
 
+async def test_a_deferred_unlock_holds_the_key_until_the_next_claim(db_url: str, store: Store) -> None:
+    await insert_rows(store, 1)
+    holder = await ClaimSession.open(db_url)
+    other = await ClaimSession.open(db_url)
+    try:
+        [delivery] = await holder.claim_due(1, "holder")
+        # back to pending and due now: only the advisory lock can keep another session off it
+        assert await holder.record_outcomes([write_for(delivery, Status.PENDING)], defer_release=True) == {
+            delivery.id}
+        assert holder.deferred_unlocks == 1
+        assert await other.claim_due(10, "other") == [], "the outcome committed but the lock is still held"
+        # the holder's next claim releases the lock first, then claims (here: re-takes the same row)
+        again = await holder.claim_due(10, "holder")
+        assert [d.id for d in again] == [delivery.id] and holder.deferred_unlocks == 0
+        await holder.record_outcomes([write_for(again[0], Status.PENDING)], defer_release=True)
+        assert await other.claim_due(10, "other") == [], "re-taken: held once more, not leaked nor doubled"
+        assert await holder.release_deferred() == 1
+        assert [d.id for d in await other.claim_due(10, "other")] == [delivery.id]
+        held = await holder._conn.fetchval(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()")
+        assert held == 0, "every lock the holder took was released exactly once"
+    finally:
+        await holder.close()
+        await other.close()
+
+
 async def test_mark_sent_is_refused_after_claim_lost(db_url: str, store: Store) -> None:
     await insert_rows(store, 1)
     session = await ClaimSession.open(db_url)
