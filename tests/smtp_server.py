@@ -35,6 +35,15 @@ half). ``server.start()`` listens again on the same port, keeping the faults
 and everything recorded so far.
 ``running_smtp_server(port=N)`` listens on a chosen port.
 
+PIPELINING (RFC 2920): ``running_smtp_server(pipelining=True)`` (or setting
+``server.pipelining = True`` before the client's EHLO) adds ``250-PIPELINING``
+to the EHLO reply. aiosmtpd reads commands line by line whatever it
+advertises, so pipelined input works either way. ``server.queued_input``
+tells whether a client pipelined: for each command logged in ``commands``,
+the bytes the server had already received after that command's line when it
+handled it (a client that waits for each reply leaves nothing there; for
+DATA it is what followed the end of the message).
+
 ``server.received_by_header("X-Test-Key")`` counts the messages read per value
 of a header (``accepted_only=True``: only those answered 2xx).
 
@@ -132,6 +141,8 @@ class SmtpTestServer:
         self._faults: list[Fault] = []
         self._messages: list[ReceivedMessage] = []
         self._commands: list[tuple[int, str, str]] = []
+        self._queued: list[tuple[int, str, bytes]] = []
+        self.pipelining = False  # advertise PIPELINING in the EHLO reply
         self._open: set[_RecordingSMTP] = set()
         self._connections = 0
         self._max_concurrent = 0
@@ -270,6 +281,12 @@ class SmtpTestServer:
         with self._lock:
             return list(self._commands)
 
+    @property
+    def queued_input(self) -> list[tuple[int, str, bytes]]:
+        """(connection number, verb, input already received after it) for each entry of ``commands``."""
+        with self._lock:
+            return list(self._queued)
+
     def verbs(self) -> list[str]:
         return [verb for _, verb, _ in self.commands]
 
@@ -331,8 +348,11 @@ class SmtpTestServer:
         return None
 
     def _log(self, srv: _RecordingSMTP, verb: str, arg: str = "") -> None:
+        reader = getattr(srv, "_reader", None)
+        queued = bytes(getattr(reader, "_buffer", b""))
         with self._lock:
             self._commands.append((srv.number, verb, arg))
+            self._queued.append((srv.number, verb, queued))
 
     def _record(self, message: ReceivedMessage) -> None:
         with self._lock:
@@ -354,6 +374,7 @@ class SmtpTestServer:
             self._connections = 0
             self._max_concurrent = 0
             self._commands.clear()
+            self._queued.clear()
 
 
 async def _act(fault: Fault | None, srv: SMTP) -> str | None:
@@ -372,6 +393,12 @@ async def _act(fault: Fault | None, srv: SMTP) -> str | None:
 class _Handler:
     def __init__(self, owner: SmtpTestServer) -> None:
         self.owner = owner
+
+    async def handle_EHLO(self, srv, session, envelope, hostname, responses):  # noqa: N802
+        session.host_name = hostname  # what aiosmtpd does itself when there is no EHLO hook
+        if self.owner.pipelining:
+            responses.insert(len(responses) - 1, "250-PIPELINING")  # before the final "250 HELP"
+        return responses
 
     async def handle_MAIL(self, srv, session, envelope, address, mail_options):  # noqa: N802
         self.owner._log(srv, "MAIL", address)
@@ -442,9 +469,15 @@ class _Controller(Controller):
 
 
 @contextlib.contextmanager
-def running_smtp_server(port: int | None = None, **kwargs: Any) -> Iterator[SmtpTestServer]:
-    """Start aiosmtpd on 127.0.0.1 and ``port`` (default: a free one); stop it on exit."""
+def running_smtp_server(
+    port: int | None = None, *, pipelining: bool = False, **kwargs: Any
+) -> Iterator[SmtpTestServer]:
+    """Start aiosmtpd on 127.0.0.1 and ``port`` (default: a free one); stop it on exit.
+
+    ``pipelining``: advertise PIPELINING in the EHLO reply.
+    """
     state = SmtpTestServer()
+    state.pipelining = pipelining
     kwargs.setdefault("server_hostname", "smtp.example.com")
     kwargs.setdefault("ready_timeout", 5.0)
     state._controller_kwargs = kwargs

@@ -4,7 +4,8 @@ Each transport module is the only importer of its client library and
 implements :class:`outbox_mailer.delivery.Transport`:
 
 * :mod:`outbox_mailer.transports.smtp` – SMTP over a pool of persistent
-  aiosmtplib connections (the only importer of aiosmtplib).
+  aiosmtplib connections (with smtp_attempt.py, the only importers of aiosmtplib;
+  smtp_wire.py reads pipelined replies, smtp_replies.py classifies them).
 * :mod:`outbox_mailer.transports.http` – provider HTTP APIs over one httpx
   client per transport (the only importer of httpx).
 

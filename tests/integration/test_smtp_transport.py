@@ -1,4 +1,9 @@
-"""SmtpTransport against a real aiosmtpd server on 127.0.0.1, one reply class or fault per test."""
+"""SmtpTransport against a real aiosmtpd server on 127.0.0.1, one reply class or fault per test.
+
+Every test runs twice: against a server that does not advertise PIPELINING
+(the transport sends one command at a time) and against one that does (MAIL,
+RCPT and DATA go out in one write): the outcome must not depend on it.
+"""
 
 from __future__ import annotations
 
@@ -18,7 +23,6 @@ from outbox_mailer.delivery import ComposedMessage, Delivery, Outcome, OutcomeKi
 from outbox_mailer.errors import TransportUnavailable
 from outbox_mailer.transports.smtp import SmtpTransport
 from tests.smtp_server import SmtpTestServer, free_port, make_self_signed_cert, running_smtp_server
-from tests.smtp_server import smtp_server  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.anyio
 
@@ -40,6 +44,18 @@ BODY = (
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+@pytest.fixture(params=[False, True], ids=["one-by-one", "pipelining"])
+def pipelining(request: pytest.FixtureRequest) -> bool:
+    """Whether the test server advertises PIPELINING."""
+    return request.param
+
+
+@pytest.fixture
+def smtp_server(pipelining: bool) -> Iterator[SmtpTestServer]:
+    with running_smtp_server(pipelining=pipelining) as server:
+        yield server
 
 
 def make_message(*recipients: str, sender: str = SENDER, data: bytes = BODY) -> ComposedMessage:
@@ -71,7 +87,7 @@ def settings_for(server: SmtpTestServer | None, **overrides: Any) -> SmtpSetting
 
 
 @pytest.fixture
-async def transport(smtp_server: SmtpTestServer) -> AsyncIterator[SmtpTransport]:  # noqa: F811
+async def transport(smtp_server: SmtpTestServer) -> AsyncIterator[SmtpTransport]:
     t = SmtpTransport(settings_for(smtp_server))
     yield t
     await t.aclose()
@@ -88,7 +104,7 @@ def assert_outcome(outcome: Outcome, kind: OutcomeKind, code: int | None, enhanc
 # -- replies ---------------------------------------------------------------
 
 
-async def test_250_sent_bytes_and_envelope_intact(transport: SmtpTransport, smtp_server: SmtpTestServer) -> None:  # noqa: F811
+async def test_250_sent_bytes_and_envelope_intact(transport: SmtpTransport, smtp_server: SmtpTestServer) -> None:
     outcome = await send(transport, TO, "cc@example.com")
     assert_outcome(outcome, OutcomeKind.SENT, 250, None)
     assert outcome.provider_message_id is None  # aiosmtpd's plain "250 OK" has no queue id
@@ -99,7 +115,7 @@ async def test_250_sent_bytes_and_envelope_intact(transport: SmtpTransport, smtp
     assert received.data == BODY  # dot-stuffing undone, CRLF kept, nothing added
 
 
-async def test_250_with_queue_id(transport: SmtpTransport, smtp_server: SmtpTestServer) -> None:  # noqa: F811
+async def test_250_with_queue_id(transport: SmtpTransport, smtp_server: SmtpTestServer) -> None:
     smtp_server.fail("DATA", "250 2.0.0 Ok: queued as 4XYZ12abc")
     outcome = await send(transport)
     assert_outcome(outcome, OutcomeKind.SENT, 250, "2.0.0")
@@ -107,7 +123,7 @@ async def test_250_with_queue_id(transport: SmtpTransport, smtp_server: SmtpTest
     assert len(smtp_server.accepted) == 1
 
 
-async def test_8bit_body_uses_8bitmime_and_size(transport: SmtpTransport, smtp_server: SmtpTestServer) -> None:  # noqa: F811
+async def test_8bit_body_uses_8bitmime_and_size(transport: SmtpTransport, smtp_server: SmtpTestServer) -> None:
     data = "Subject: caf\u00e9\r\n\r\nd\u00e9j\u00e0 vu\r\n".encode()
     outcome = await send(transport, data=data)
     assert outcome.kind is OutcomeKind.SENT
@@ -115,7 +131,7 @@ async def test_8bit_body_uses_8bitmime_and_size(transport: SmtpTransport, smtp_s
 
 
 async def test_421_on_mail_is_transient_and_drops_the_connection(
-    transport: SmtpTransport, smtp_server: SmtpTestServer  # noqa: F811
+    transport: SmtpTransport, smtp_server: SmtpTestServer
 ) -> None:
     smtp_server.fail("MAIL", "421 4.3.2 Service shutting down", times=1)
     outcome = await send(transport)
@@ -136,7 +152,7 @@ async def test_421_on_mail_is_transient_and_drops_the_connection(
     ],
 )
 async def test_4xx_on_rcpt_is_transient_and_the_connection_stays_usable(
-    transport: SmtpTransport, smtp_server: SmtpTestServer, reply: str, code: int, enhanced: str  # noqa: F811
+    transport: SmtpTransport, smtp_server: SmtpTestServer, reply: str, code: int, enhanced: str
 ) -> None:
     smtp_server.fail("RCPT", reply, times=1)
     outcome = await send(transport)
@@ -149,7 +165,7 @@ async def test_4xx_on_rcpt_is_transient_and_the_connection_stays_usable(
     assert smtp_server.connections == 1
 
 
-async def test_550_on_every_rcpt_is_permanent(transport: SmtpTransport, smtp_server: SmtpTestServer) -> None:  # noqa: F811
+async def test_550_on_every_rcpt_is_permanent(transport: SmtpTransport, smtp_server: SmtpTestServer) -> None:
     smtp_server.fail("RCPT", "550 5.1.1 no such user")
     outcome = await send(transport, "a@example.com", "b@example.com")
     assert_outcome(outcome, OutcomeKind.PERMANENT, 550, "5.1.1")
@@ -160,7 +176,7 @@ async def test_550_on_every_rcpt_is_permanent(transport: SmtpTransport, smtp_ser
     assert "DATA" not in smtp_server.verbs()
 
 
-async def test_all_refused_with_one_4xx_is_transient(transport: SmtpTransport, smtp_server: SmtpTestServer) -> None:  # noqa: F811
+async def test_all_refused_with_one_4xx_is_transient(transport: SmtpTransport, smtp_server: SmtpTestServer) -> None:
     smtp_server.fail("RCPT", "550 5.1.1 no such user", address="a@example.com")
     smtp_server.fail("RCPT", "452 4.2.2 mailbox full", address="b@example.com")
     outcome = await send(transport, "a@example.com", "b@example.com")
@@ -173,7 +189,7 @@ async def test_all_refused_with_one_4xx_is_transient(transport: SmtpTransport, s
     [("552 5.3.4 message too big", 552, "5.3.4"), ("554 5.7.1 rejected as spam", 554, "5.7.1")],
 )
 async def test_5xx_after_data_is_permanent(
-    transport: SmtpTransport, smtp_server: SmtpTestServer, reply: str, code: int, enhanced: str  # noqa: F811
+    transport: SmtpTransport, smtp_server: SmtpTestServer, reply: str, code: int, enhanced: str
 ) -> None:
     smtp_server.fail("DATA", reply)
     outcome = await send(transport)
@@ -184,7 +200,7 @@ async def test_5xx_after_data_is_permanent(
 
 
 async def test_partial_rcpt_refusal_sends_to_the_accepted(
-    transport: SmtpTransport, smtp_server: SmtpTestServer  # noqa: F811
+    transport: SmtpTransport, smtp_server: SmtpTestServer
 ) -> None:
     smtp_server.fail("RCPT", "550 5.1.1 no such user", address="bad@example.com")
     outcome = await send(transport, "bad@example.com", "good@example.com")
@@ -198,7 +214,7 @@ async def test_partial_rcpt_refusal_sends_to_the_accepted(
 # -- faults ----------------------------------------------------------------
 
 
-async def test_disconnect_before_data_is_transient(transport: SmtpTransport, smtp_server: SmtpTestServer) -> None:  # noqa: F811
+async def test_disconnect_before_data_is_transient(transport: SmtpTransport, smtp_server: SmtpTestServer) -> None:
     smtp_server.drop("RCPT")
     outcome = await send(transport)
     assert_outcome(outcome, OutcomeKind.TRANSIENT, None, None)
@@ -207,7 +223,7 @@ async def test_disconnect_before_data_is_transient(transport: SmtpTransport, smt
 
 
 async def test_disconnect_after_data_without_reply_is_ambiguous(
-    transport: SmtpTransport, smtp_server: SmtpTestServer  # noqa: F811
+    transport: SmtpTransport, smtp_server: SmtpTestServer
 ) -> None:
     smtp_server.drop("DATA", times=1)
     outcome = await send(transport)
@@ -219,7 +235,7 @@ async def test_disconnect_after_data_without_reply_is_ambiguous(
     assert smtp_server.connections == 2
 
 
-async def test_slow_data_reply_past_data_timeout_is_ambiguous(smtp_server: SmtpTestServer) -> None:  # noqa: F811
+async def test_slow_data_reply_past_data_timeout_is_ambiguous(smtp_server: SmtpTestServer) -> None:
     smtp_server.delay("DATA", 1.5)
     t = SmtpTransport(settings_for(smtp_server, data_timeout_seconds=0.3))
     with anyio.fail_after(1.2):
@@ -229,7 +245,7 @@ async def test_slow_data_reply_past_data_timeout_is_ambiguous(smtp_server: SmtpT
     assert len(smtp_server.messages) == 1
 
 
-async def test_slow_rcpt_reply_past_command_timeout_is_transient(smtp_server: SmtpTestServer) -> None:  # noqa: F811
+async def test_slow_rcpt_reply_past_command_timeout_is_transient(smtp_server: SmtpTestServer) -> None:
     smtp_server.delay("RCPT", 1.5)
     transport = SmtpTransport(settings_for(smtp_server, command_timeout_seconds=0.3))
     with anyio.fail_after(1.2):
@@ -252,7 +268,7 @@ async def test_connection_refused_is_transient_and_uncharged() -> None:
     assert "connect" in (outcome.error or "")
 
 
-async def test_fail_first_then_succeed(transport: SmtpTransport, smtp_server: SmtpTestServer) -> None:  # noqa: F811
+async def test_fail_first_then_succeed(transport: SmtpTransport, smtp_server: SmtpTestServer) -> None:
     smtp_server.fail("MAIL", "451 4.7.1 try again", times=1)
     first, second = await send(transport), await send(transport)
     assert_outcome(first, OutcomeKind.TRANSIENT, 451, "4.7.1")
@@ -260,10 +276,10 @@ async def test_fail_first_then_succeed(transport: SmtpTransport, smtp_server: Sm
     assert smtp_server.connections == 1  # RSET kept the connection usable
 
 
-async def test_utf8_envelope_needs_smtputf8(transport: SmtpTransport, smtp_server: SmtpTestServer) -> None:  # noqa: F811
+async def test_utf8_envelope_needs_smtputf8(transport: SmtpTransport, smtp_server: SmtpTestServer) -> None:
     assert (await send(transport, "j\u00fcrgen@example.com")).kind is OutcomeKind.SENT
     assert smtp_server.accepted[0].rcpt_tos == ("j\u00fcrgen@example.com",)
-    with running_smtp_server(enable_SMTPUTF8=False) as ascii_only:
+    with running_smtp_server(enable_SMTPUTF8=False, pipelining=smtp_server.pipelining) as ascii_only:
         t = SmtpTransport(settings_for(ascii_only))
         outcome = await send(t, "j\u00fcrgen@example.com")
         await t.aclose()
@@ -272,7 +288,7 @@ async def test_utf8_envelope_needs_smtputf8(transport: SmtpTransport, smtp_serve
 
 
 async def test_invalid_envelope_is_permanent_without_io(
-    transport: SmtpTransport, smtp_server: SmtpTestServer  # noqa: F811
+    transport: SmtpTransport, smtp_server: SmtpTestServer
 ) -> None:
     outcome = await send(transport, "to@example.com\r\nRCPT TO:<evil@example.com>")
     assert outcome.kind is OutcomeKind.PERMANENT
@@ -282,7 +298,7 @@ async def test_invalid_envelope_is_permanent_without_io(
 # -- pool ------------------------------------------------------------------
 
 
-async def test_pool_reuses_one_connection(transport: SmtpTransport, smtp_server: SmtpTestServer) -> None:  # noqa: F811
+async def test_pool_reuses_one_connection(transport: SmtpTransport, smtp_server: SmtpTestServer) -> None:
     for _ in range(5):
         assert (await send(transport)).kind is OutcomeKind.SENT
     assert len(smtp_server.accepted) == 5
@@ -290,7 +306,7 @@ async def test_pool_reuses_one_connection(transport: SmtpTransport, smtp_server:
     assert "QUIT" not in smtp_server.verbs()
 
 
-async def test_pool_size_bounds_open_connections(smtp_server: SmtpTestServer) -> None:  # noqa: F811
+async def test_pool_size_bounds_open_connections(smtp_server: SmtpTestServer) -> None:
     smtp_server.delay("DATA", 0.05)  # keep each send busy so they overlap
     t = SmtpTransport(settings_for(smtp_server, pool_size=2))
     outcomes: list[Outcome] = []
@@ -310,7 +326,7 @@ async def test_pool_size_bounds_open_connections(smtp_server: SmtpTestServer) ->
 
 
 async def test_reconnects_after_the_server_closed_an_idle_connection(
-    transport: SmtpTransport, smtp_server: SmtpTestServer  # noqa: F811
+    transport: SmtpTransport, smtp_server: SmtpTestServer
 ) -> None:
     assert (await send(transport)).kind is OutcomeKind.SENT
     smtp_server.disconnect_all()
@@ -320,7 +336,7 @@ async def test_reconnects_after_the_server_closed_an_idle_connection(
 
 
 async def test_reused_connection_dead_at_mail_is_retried_once(
-    transport: SmtpTransport, smtp_server: SmtpTestServer  # noqa: F811
+    transport: SmtpTransport, smtp_server: SmtpTestServer
 ) -> None:
     assert (await send(transport)).kind is OutcomeKind.SENT
     smtp_server.drop("MAIL", times=1)
@@ -332,7 +348,7 @@ async def test_reused_connection_dead_at_mail_is_retried_once(
 
 
 async def test_fresh_connection_dropped_at_mail_is_not_retried(
-    transport: SmtpTransport, smtp_server: SmtpTestServer  # noqa: F811
+    transport: SmtpTransport, smtp_server: SmtpTestServer
 ) -> None:
     assert (await send(transport)).kind is OutcomeKind.SENT
     smtp_server.drop("MAIL")
@@ -344,7 +360,7 @@ async def test_fresh_connection_dropped_at_mail_is_not_retried(
 # -- TLS, AUTH, check ------------------------------------------------------
 
 
-async def test_required_starttls_not_offered_sends_nothing(smtp_server: SmtpTestServer) -> None:  # noqa: F811
+async def test_required_starttls_not_offered_sends_nothing(smtp_server: SmtpTestServer) -> None:
     t = SmtpTransport(settings_for(smtp_server, tls="starttls"))
     outcome = await send(t)
     assert_outcome(outcome, OutcomeKind.TRANSIENT, None, None)
@@ -356,7 +372,7 @@ async def test_required_starttls_not_offered_sends_nothing(smtp_server: SmtpTest
     assert "MAIL" not in smtp_server.verbs()
 
 
-async def test_check_returns_the_greeting(smtp_server: SmtpTestServer) -> None:  # noqa: F811
+async def test_check_returns_the_greeting(smtp_server: SmtpTestServer) -> None:
     t = SmtpTransport(settings_for(smtp_server))
     line = await t.check()
     assert line.startswith(f"127.0.0.1:{smtp_server.port} 220 smtp.example.com ")
@@ -389,8 +405,10 @@ def check_login(server: Any, session: Any, envelope: Any, mechanism: str, auth_d
 
 
 @pytest.fixture
-def tls_server(certificate: tuple[Path, Path]) -> Iterator[SmtpTestServer]:
-    with running_smtp_server(tls_context=server_tls_context(certificate), authenticator=check_login) as server:
+def tls_server(certificate: tuple[Path, Path], pipelining: bool) -> Iterator[SmtpTestServer]:
+    with running_smtp_server(
+        tls_context=server_tls_context(certificate), authenticator=check_login, pipelining=pipelining
+    ) as server:
         yield server
 
 
@@ -440,9 +458,13 @@ async def test_validate_certs_false_accepts_a_self_signed_certificate(tls_server
     assert tls_server.accepted[0].tls
 
 
-async def test_implicit_tls(certificate: tuple[Path, Path]) -> None:
-    with running_smtp_server(ssl_context=server_tls_context(certificate)) as server:
+async def test_implicit_tls(certificate: tuple[Path, Path], pipelining: bool) -> None:
+    with running_smtp_server(ssl_context=server_tls_context(certificate), pipelining=pipelining) as server:
         t = SmtpTransport(settings_for(server, tls="implicit", ca_file=str(certificate[0])))
         assert (await send(t)).kind is OutcomeKind.SENT
+        assert (await send(t)).kind is OutcomeKind.SENT  # the pooled connection, still encrypted
         await t.aclose()
-        assert len(server.accepted) == 1
+        assert [m.data for m in server.accepted] == [BODY, BODY]
+        assert server.connections == 1
+        assert server.wait_until(lambda: server.open_connections == 0)
+        assert server.verbs()[-1] == "QUIT"

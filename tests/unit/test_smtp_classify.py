@@ -1,11 +1,19 @@
-"""SMTP reply classification: reply code decides, enhanced code is parsed from the text."""
+"""SMTP reply classification: reply code decides, enhanced code is parsed from the text.
+
+Also the reading of pipelined replies and the framing of the message body (smtp_wire).
+"""
 
 from __future__ import annotations
 
+import asyncio
+import random
+
 import pytest
+from aiosmtplib.protocol import PERIOD_REGEX, normalize_message_line_endings
 
 from outbox_mailer.delivery import ComposedMessage, OutcomeKind
 from outbox_mailer.transports.smtp import _envelope_problem, _queue_id, classify_reply
+from outbox_mailer.transports.smtp_wire import Reply, Wire, WireError, frame_body
 
 
 @pytest.mark.parametrize(
@@ -93,3 +101,140 @@ def test_envelope_problems_are_caught_before_any_io(message: ComposedMessage) ->
 def test_plain_envelopes_pass() -> None:
     assert _envelope_problem(_message("", "to@example.com")) is None  # null reverse-path
     assert _envelope_problem(_message("app@example.com", "a@example.com", '"john doe"@example.com')) is None
+
+
+# -- pipelined replies and the message body (smtp_wire, fed by hand: no sockets) --
+
+REPLIES = (
+    b"250 2.1.0 Ok\r\n"
+    b"250-2.1.5 first line\r\n250-2.1.5 second line\r\n250 2.1.5 last line\r\n"
+    b"354 End data with <CR><LF>.<CR><LF>\r\n"
+    b"250\r\n"  # no text at all
+    b"550 5.1.1 bare LF ending\n"
+)
+PARSED = [
+    Reply(250, "2.1.0 Ok"),
+    Reply(250, "2.1.5 first line\n2.1.5 second line\n2.1.5 last line"),
+    Reply(354, "End data with <CR><LF>.<CR><LF>"),
+    Reply(250, ""),
+    Reply(550, "5.1.1 bare LF ending"),
+]
+
+
+class _FakeTransport:
+    def __init__(self) -> None:
+        self.protocol: object = None
+        self.written: list[bytes] = []
+        self.closing = False
+
+    def set_protocol(self, protocol: object) -> None:
+        self.protocol = protocol
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+    def write(self, data: bytes) -> None:
+        self.written.append(data)
+
+
+class _PreviousProtocol:
+    def __init__(self) -> None:
+        self.lost: list[Exception | None] = []
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost.append(exc)
+
+
+def _wire() -> tuple[Wire, _FakeTransport, _PreviousProtocol]:
+    transport, previous = _FakeTransport(), _PreviousProtocol()
+    wire = Wire(transport, previous)  # type: ignore[arg-type]
+    assert transport.protocol is wire  # it took the connection over
+    return wire, transport, previous
+
+
+def _drain(wire: Wire) -> list[Reply]:
+    async def read() -> list[Reply]:
+        return [await wire.reply(0.01) for _ in PARSED]
+
+    return asyncio.run(read())
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 5, 7, 13, len(REPLIES)])
+def test_replies_are_queued_whatever_the_segments(size: int) -> None:
+    wire, _, _ = _wire()
+    for i in range(0, len(REPLIES), size):
+        wire.data_received(REPLIES[i : i + size])
+    assert _drain(wire) == PARSED
+    assert wire.idle
+
+
+def test_half_a_reply_is_not_idle_and_a_timeout_is_final() -> None:
+    wire, transport, _ = _wire()
+    wire.data_received(b"250-2.1.5 first line\r\n")  # the rest never comes
+    assert not wire.idle
+
+    async def read() -> None:
+        await wire.reply(0.01)
+
+    with pytest.raises(WireError, match="Timed out") as info:
+        asyncio.run(read())
+    assert not info.value.lost
+    with pytest.raises(WireError):
+        wire.write(b"RSET\r\n")  # out of sync for good
+    assert transport.written == []
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"hello\r\n", b"25 short\r\n", b"\r\n", b"2x0 letters\r\n",
+        b"250 " + b"x" * 9000 + b"\r\n",  # a line too long
+        b"2" * 9000,  # no line end in sight
+    ],  # fmt: skip
+)
+def test_garbage_fails_the_wire(data: bytes) -> None:
+    wire, _, _ = _wire()
+    wire.data_received(data)
+    assert wire.failure is not None and not wire.failure.lost
+    assert not wire.idle
+
+
+def test_replies_before_the_end_of_the_connection_are_still_read() -> None:
+    wire, _, previous = _wire()
+    wire.data_received(b"250 2.1.0 Ok\r\n421 4.3.2 closing\r\n")
+    wire.eof_received()
+    wire.connection_lost(None)
+    assert previous.lost == [None]  # aiosmtplib learns the connection is gone
+
+    async def read() -> list[Reply]:
+        return [await wire.reply(1.0), await wire.reply(1.0)]
+
+    assert asyncio.run(read()) == [Reply(250, "2.1.0 Ok"), Reply(421, "4.3.2 closing")]
+    assert wire.finished
+    with pytest.raises(WireError) as info:
+        asyncio.run(read())
+    assert info.value.lost
+
+
+@pytest.mark.parametrize(
+    ("data", "framed"),
+    [
+        (b"a\r\nb\r\n", b"a\r\nb\r\n.\r\n"),
+        (b"a\r\nb", b"a\r\nb\r\n.\r\n"),
+        (b"", b"\r\n.\r\n"),
+        (b".\r\n", b"..\r\n.\r\n"),
+        (b"x\r\n.\r\n..y\r\n", b"x\r\n..\r\n...y\r\n.\r\n"),
+        (b"bare\nlf\n.dot\rcr\r", b"bare\r\nlf\r\n..dot\r\ncr\r\n.\r\n"),
+    ],
+)
+def test_frame_body(data: bytes, framed: bytes) -> None:
+    assert frame_body(data) == framed
+
+
+def test_frame_body_matches_aiosmtplib_on_random_input() -> None:
+    """aiosmtplib's own DATA framing is the oracle (line endings normalised, then dot-stuffed)."""
+    rng = random.Random(2920)
+    for _ in range(3000):
+        data = bytes(rng.choice(b".\r\na") for _ in range(rng.randrange(12)))
+        expected = PERIOD_REGEX.sub(b"..", normalize_message_line_endings(data)) + b".\r\n"
+        assert frame_body(data) == expected, data
