@@ -189,14 +189,33 @@ async def test_a_live_claim_is_not_found_dead(db_url: str, store: Store) -> None
         await rescuer.close()
 
 
-async def test_insert_and_requeue_notify_listeners(db_url: str, store: Store) -> None:
-    got = anyio.Event()
-    listener = await Listener.open(db_url, got.set)
+async def test_insert_and_requeue_notify_listeners_and_nothing_else_does(db_url: str, store: Store) -> None:
+    heard: list[None] = []
+    listener = await Listener.open(db_url, lambda: heard.append(None))
+    session = await ClaimSession.open(db_url)
+
+    async def notifications(action) -> int:  # type: ignore[no-untyped-def]
+        before = len(heard)
+        await action
+        await anyio.sleep(0.3)
+        return len(heard) - before
+
     try:
-        await insert_rows(store, 1)
-        with anyio.fail_after(5):
-            await got.wait()
+        assert await notifications(insert_rows(store, 60)) == 1, "one per inserting statement"
+        batch = await session.claim_due(2, "w")
+        assert await notifications(session.claim_due(2, "w")) == 0, "a claim wakes nobody"
+        assert await notifications(session.record_outcomes([write_for(d, Status.SENT) for d in batch])) == 0
+        later = Transition(Status.PENDING, "451", scheduled_at=datetime(2099, 1, 1, tzinfo=UTC))
+        [again] = await session.claim_due(1, "w")
+        write = OutcomeWrite(again, later, write_for(again, Status.PENDING).attempt)
+        assert await notifications(session.record_outcomes([write])) == 0, "a retry for later: the timer covers it"
+        assert await notifications(store.cancel("k10")) == 0
+        assert await notifications(store.retry("k10", 3)) == 1, "requeued and due now"
+        requeue_many = store.execute("UPDATE email_deliveries SET status = 'pending', claim_token = NULL, "
+                                     "claimed_at = NULL, claimed_by = NULL WHERE status = 'sending'")
+        assert await notifications(requeue_many) == 1, "the notifications of one transaction fold into one"
     finally:
+        await session.close()
         await listener.close()
 
 
