@@ -5,8 +5,10 @@ Run:  .venv/bin/python bench/compose_bench.py [--repeat N]
 For each row it prints the median over several rounds of:
   * compose()           the full path the daemon takes (validation, addresses,
                         Message-ID, headers, MIME body, size check), once with
-                        the same row repeated (address checks cached) and once
-                        with To/Cc addresses never seen before;
+                        the same row repeated (address checks cached), once
+                        with To/Cc addresses never seen before (at domains seen
+                        before: each domain is checked once), and once with
+                        To/Cc addresses at domains never seen before either;
   * EmailMessage        what a hand-written worker does: build the same message
                         with email.message.EmailMessage (default policy) and
                         render it with as_bytes();
@@ -133,10 +135,12 @@ def per_call_us(fn: Any, rows: list[Delivery], rounds: int) -> float:
     return statistics.median(samples)
 
 
-def with_new_recipients(row: Delivery, count: int, offset: int) -> list[Delivery]:
-    """Copies of ``row`` whose To/Cc addresses were never seen: address validation is not cached."""
+def with_new_recipients(row: Delivery, count: int, offset: int, *, new_domains: bool = False) -> list[Delivery]:
+    """Copies of ``row`` whose To/Cc addresses were never seen: address validation is not cached
+    (nor, with ``new_domains``, the check of their domains)."""
     def fresh(addresses: tuple[str, ...], i: int, tag: str) -> tuple[str, ...]:
-        return tuple(f"Person {i} <{tag}{i}.{n}@example.net>" for n in range(len(addresses)))
+        domain = f"d{i}.example.net" if new_domains else "example.net"
+        return tuple(f"Person {i} <{tag}{i}.{n}@{domain}>" for n in range(len(addresses)))
     return [
         dataclasses.replace(row, to_addresses=fresh(row.to_addresses, offset + i, "to"),
                             cc_addresses=fresh(row.cc_addresses, offset + i, "cc"))
@@ -152,8 +156,10 @@ def main() -> None:
     print(f"Python {platform.python_version()} ({platform.python_implementation()}) on "
           f"{platform.machine()}, {os.cpu_count()} CPUs")
     print("compose µs: same row again and again (the sender's and recipients' address checks are")
-    print("cached); new rcpt: every call with To/Cc addresses never seen before (uncached checks).")
-    print(f"{'row':36} {'bytes':>6} {'compose µs':>11} {'new rcpt µs':>12} {'EmailMessage µs':>16} {'ratio':>6}")
+    print("cached); new rcpt: every call with To/Cc addresses never seen before (uncached checks,")
+    print("at a domain checked before); new domain: To/Cc at domains never seen before either.")
+    print(f"{'row':36} {'bytes':>6} {'compose µs':>11} {'new rcpt µs':>12} {'new domain µs':>14} "
+          f"{'EmailMessage µs':>16} {'ratio':>6}")
     offset = 0
     for label, row in ROWS.items():
         size = len(run_compose(row))
@@ -164,8 +170,14 @@ def main() -> None:
             for k in range(args.rounds)
         )
         offset += args.rounds * args.number
+        colder = statistics.median(
+            per_call_us(run_compose, with_new_recipients(
+                row, args.number // 4, offset + k * args.number, new_domains=True), 1)
+            for k in range(args.rounds)
+        )
+        offset += args.rounds * args.number
         slow = per_call_us(run_email_message, [row] * max(1, args.number // 20), args.rounds)
-        print(f"{label:36} {size:6d} {fast:11.1f} {cold:12.1f} {slow:16.1f} {slow / cold:5.1f}x")
+        print(f"{label:36} {size:6d} {fast:11.1f} {cold:12.1f} {colder:14.1f} {slow:16.1f} {slow / cold:5.1f}x")
     print("ratio: EmailMessage / compose() with new recipients")
 
 

@@ -20,6 +20,10 @@ most 78 octets (headers of attachments included):
   Message-ID, ``n`` counting up until the boundary occurs in no enclosed part,
   so the same row always gives the same bytes.
 
+It also holds two helpers for the composer's top-level headers:
+:func:`fold_header` (words joined by spaces, folded before a word when a line
+would pass 78 characters) and :func:`format_date` (the Date value).
+
 Inputs are expected to be validated by the composer (no lone surrogates, media
 types matching RFC 6838 restricted names, filenames without control characters).
 """
@@ -29,11 +33,17 @@ from __future__ import annotations
 import binascii
 import re
 from collections.abc import Sequence
+from datetime import datetime, timezone
+from email.utils import format_datetime
+from functools import lru_cache
 from urllib.parse import quote
 
-__all__ = ["attachment_part", "body", "multipart", "text_part"]
+__all__ = ["MAX_HEADER_LINE", "attachment_part", "body", "fold_header", "format_date", "multipart", "text_part"]
 
+MAX_HEADER_LINE = 78  # RFC 5322's recommended limit: fold_header() breaks longer lines where it can
 _CONTROL = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")  # 7bit may not carry these
+# The same bytes, for bytes.translate(), which finds them about twice as fast as the regex.
+_CONTROL_BYTES = bytes(b for b in range(256) if _CONTROL.match(bytes([b])))
 _MAX_7BIT_LINE = 78
 _BASE64_LINE_BYTES = 57  # -> 76 characters a line, as the standard library writes them
 _BASE64_LINE_CHARS = 76
@@ -70,22 +80,24 @@ def text_part(body: str, subtype: str) -> bytes:
     if (
         data.isascii()
         and (not lines or max(map(len, lines)) <= _MAX_7BIT_LINE)
-        and not _CONTROL.search(data)
+        and len(data.translate(None, _CONTROL_BYTES)) == len(data)  # no _CONTROL byte
     ):
         cte = "7bit"
         payload = b"\r\n".join(lines) + b"\r\n"
     else:
-        canonical = b"\r\n".join(lines) + b"\r\n"
         # Quoted-printable of the LF form, each LF then written as CRLF: b2a_qp
         # sees no CR at all (splitlines removed them), so it never leaves one bare.
-        qp = binascii.b2a_qp(b"\n".join(lines) + b"\n", istext=True)
+        lf_form = b"\n".join(lines) + b"\n"
+        qp = binascii.b2a_qp(lf_form, istext=True)
         qp_size = len(qp) + qp.count(b"\n")
-        if qp_size <= _base64_size(len(canonical)):
+        # The CRLF form is the LF form with a CR before each LF, one per line (data is
+        # not empty here: an empty body is 7bit, so there is at least one line).
+        if qp_size <= _base64_size(len(lf_form) + len(lines)):
             cte = "quoted-printable"
             payload = qp.replace(b"\n", b"\r\n")
         else:
             cte = "base64"
-            payload = _base64_lines(canonical)
+            payload = _base64_lines(b"\r\n".join(lines) + b"\r\n")
     head = f'Content-Type: text/{subtype}; charset="utf-8"\r\nContent-Transfer-Encoding: {cte}\r\n\r\n'
     return head.encode("ascii") + payload
 
@@ -116,6 +128,39 @@ def multipart(subtype: str, parts: Sequence[bytes], seed: str) -> bytes:
         (b"\r\n" + delimiter + b"\r\n").join(parts),
         b"\r\n", delimiter, b"--\r\n",
     ))
+
+
+def fold_header(name: str, words: list[str]) -> str:
+    """``Name: words`` joined with single spaces, a line break before a word when a line gets long."""
+    if words:  # one line when it all fits (a line only grows, so no break would be taken)
+        line = f"{name}: {' '.join(words)}"
+        if len(line) <= MAX_HEADER_LINE:
+            return line + "\r\n"
+    lines = [f"{name}:"]
+    for index, word in enumerate(words):
+        if index and word and len(lines[-1]) + 1 + len(word) > MAX_HEADER_LINE:
+            lines.append(f" {word}")
+        else:
+            lines[-1] += f" {word}"
+    return "\r\n".join(lines) + "\r\n"
+
+
+def format_date(now: datetime) -> str:
+    """``email.utils.format_datetime(now)``, remembered per second for fixed-offset zones.
+
+    format_datetime() costs ~4 µs and reads only the wall-clock fields down to
+    the second and, for the zone, utcoffset(): with a ``timezone`` (a fixed
+    offset) those fields are its whole input.  Other tzinfos (zoneinfo, whose
+    offset also depends on ``fold``) and naive datetimes are formatted each time.
+    """
+    if type(now) is datetime and type(now.tzinfo) is timezone:
+        return _format_date_at(now.tzinfo, now.year, now.month, now.day, now.hour, now.minute, now.second)
+    return format_datetime(now)
+
+
+@lru_cache(maxsize=8)  # the daemon's clock moves on: a few recent seconds are enough
+def _format_date_at(tz: timezone, *fields: int) -> str:
+    return format_datetime(datetime(*fields, tzinfo=tz))
 
 
 def _base64_size(size: int) -> int:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import base64
 import email.policy
 import re
 from email.parser import BytesParser
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from outbox_mailer.addresses import (
     ParsedAddress,
@@ -92,6 +95,24 @@ def test_parse_address_list_names_the_index() -> None:
     assert str(info.value).startswith("bcc_addresses[2]: invalid address 'bad': ")
 
 
+@pytest.mark.parametrize("raw", [
+    "Alice <alice@example.com>", "alice@example.com", "bad", "Eve <a..b@example.com>", "x <y",
+    "N" * 600 + " <alice@example.com>",  # too long to be remembered
+    "N" * 600 + " <bad>",
+])
+def test_parse_address_answers_the_same_every_time_whatever_the_field(raw: str) -> None:
+    # Results are remembered per address string: the field is named in errors all the same.
+    outcomes = []
+    for field in ("to_addresses[0]", "cc_addresses[3]", "to_addresses[0]"):
+        try:
+            outcomes.append(parse_address(raw, field))
+        except CompositionError as exc:
+            assert exc.field == field
+            assert str(exc) == f"{field}: {exc.reason}"
+            outcomes.append(exc.reason)
+    assert outcomes[0] == outcomes[1] == outcomes[2]
+
+
 @pytest.mark.parametrize("raw, field", [
     ("a@example.com", "to_addresses"),
     (None, "to_addresses"),
@@ -134,3 +155,34 @@ def test_encoded_words_decode_back_exactly(text: str) -> None:
     header = ("Subject: " + "\r\n ".join(words) + "\r\n\r\n").encode("ascii")
     parsed = BytesParser(policy=email.policy.default).parsebytes(header)
     assert parsed["subject"] == text
+
+
+def encoded_words_reference(text: str, chunk_bytes: int) -> list[str]:
+    """Character by character: each word takes characters while their UTF-8 fits in chunk_bytes."""
+    chunks: list[bytes] = []
+    chunk = b""
+    for char in text:
+        encoded = char.encode("utf-8")
+        if chunk and len(chunk) + len(encoded) > chunk_bytes:
+            chunks.append(chunk)
+            chunk = b""
+        chunk += encoded
+    chunks.append(chunk)
+    return [f"=?utf-8?b?{base64.b64encode(c).decode('ascii')}?=" for c in chunks]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    text=st.one_of(
+        st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=120),
+        st.lists(st.sampled_from(["a", "é", "東", "🎉", " "]), max_size=80).map("".join),
+    ),
+    chunk_bytes=st.one_of(st.sampled_from([36, 45]), st.integers(4, 80)),
+)
+def test_encoded_words_split_between_characters_as_late_as_possible(text: str, chunk_bytes: int) -> None:
+    assert encoded_words(text, chunk_bytes) == encoded_words_reference(text, chunk_bytes)
+
+
+def test_encoded_words_need_room_for_a_character() -> None:
+    with pytest.raises(ValueError):
+        encoded_words("🎉", 3)
