@@ -670,6 +670,11 @@ def report(cfg: Config, res: Results, info: dict[str, str], command: str, elapse
         rows.append((f"Daemon peak RSS draining a {cfg.memory_rows:,}-row backlog", f"{g('memory_peak_rss'):.0f} MB",
                      f"{cfg.core_rows:,}-row backlog: {g('core_peak_rss'):.0f} MB; SMTP daemon: "
                      f"{g('smtp1_rss') or 0:.0f} MB", "", "reported, bounded", ""))
+    cpu = [(label, g(key)) for key, label in (("core_cpu_us", "core"), ("smtp1_cpu_us", "SMTP, 1 process"),
+                                               ("smtp2_cpu_us", "SMTP, 2 processes (both)")) if g(key) is not None]
+    if cpu:
+        rows.append(("Daemon CPU per email (user + system; steadier than rates on a shared machine)",
+                     "; ".join(f"{label} {value:.0f} µs" for label, value in cpu), "", "", "reported", ""))
     if g("core_wal") is not None:
         rows.append(("WAL per email (claim + record + attempt row)", f"{g('core_wal') / 1024:.1f} KB",
                      f"PgQueuer per no-op job: {(g('pgq_wal') or 0) / 1024:.1f} KB; the app's INSERT: "
