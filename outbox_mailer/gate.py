@@ -33,6 +33,7 @@ from .ratelimit import TokenBucket
 log = logging.getLogger("outbox_mailer")
 
 QUEUE_PER_WORKER = 1
+YIELD_EVERY_ROWS = 8
 
 
 def is_unreachable(outcome: Outcome) -> bool:
@@ -80,12 +81,19 @@ class TransportGate:
     async def serve(self, handle: Callable[[Delivery], Awaitable[None]]) -> None:
         """One worker: handle queued rows one after another, forever (cancel to stop)."""
         while True:
+            handled = 0
             while self._queue:
                 self._busy += 1
                 try:
                     await handle(self._queue.popleft())
                 finally:
                     self._busy -= 1
+                handled += 1
+                if handled % YIELD_EVERY_ROWS == 0:
+                    # a send that completes without waiting would otherwise hold the event loop for the
+                    # whole queue, and neither the next claim nor the last outcomes' write could go to
+                    # PostgreSQL meanwhile: the database would idle while this process computes
+                    await anyio.lowlevel.checkpoint()
             wake = anyio.Event()
             self._idle.append(wake)
             try:

@@ -180,6 +180,30 @@ async def test_stop_after_grace_leaves_the_row_to_the_rescuer(
     assert outcomes == ["ambiguous", "sent"], "the rescue is recorded as an ambiguous attempt"
 
 
+async def test_a_row_still_waiting_for_a_connection_when_the_grace_ends_goes_back_unattempted(
+    running: Any, store: Store, smtp_server: SmtpTestServer  # noqa: F811
+) -> None:
+    # one connection, stuck in DATA; the gate holds the next claimed row ready for it
+    smtp_server.delay("DATA", 1.5)
+    await insert(store, "first")
+    await insert(store, "second")
+    smtp = {"host": smtp_server.host, "port": smtp_server.port, "tls": "none", "pool_size": 1,
+            "connect_timeout_seconds": 2, "command_timeout_seconds": 2, "data_timeout_seconds": 2}
+    r = await running(smtp=smtp, concurrency=2, shutdown_grace_seconds=0.3)
+    await r.wait_for(lambda rows: all(row["status"] == "sending" for row in rows.values()) and len(rows) == 2,
+                     ["first", "second"])
+    r.daemon.stop()
+    with anyio.fail_after(5):
+        while r.daemon.in_flight:
+            await anyio.sleep(0.05)
+    rows = {row["dedupe_key"]: row for row in await store.status(["first", "second"])}
+    assert rows["first"]["status"] == "sending", "the send cut off by the grace period is left to the rescuer"
+    assert rows["second"]["status"] == "pending" and rows["second"]["attempts"] == 0, \
+        "the row that never reached the server is given back, its attempt not charged"
+    [attempt] = await store.attempts(rows["second"]["id"])
+    assert attempt["outcome"] == "transient" and "not started before shutdown" in attempt["error"]
+
+
 async def test_smtp_idempotency_header_carries_the_dedupe_key(
     running: Any, store: Store, smtp_server: SmtpTestServer  # noqa: F811
 ) -> None:

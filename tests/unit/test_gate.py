@@ -1,0 +1,59 @@
+"""TransportGate's queue and workers (no sockets: a transport that never waits)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+
+from outbox_mailer.breaker import Breaker
+from outbox_mailer.gate import QUEUE_PER_WORKER, YIELD_EVERY_ROWS, TransportGate
+
+pytestmark = pytest.mark.anyio
+
+
+class Instant:
+    name = "instant"
+    max_parallel = 2
+    send_timeout_seconds = 1.0
+    idempotency_window_seconds = None
+
+
+def gate() -> TransportGate:
+    return TransportGate("instant", Instant(), Breaker(1.0, 2.0), None)  # type: ignore[arg-type]
+
+
+async def test_rows_are_handled_in_order_and_other_tasks_run_between_them() -> None:
+    g = gate()
+    handled: list[Any] = []
+    seen_by_other_task: list[int] = []
+
+    async def handle(row: Any) -> None:  # completes without ever waiting
+        handled.append(row)
+
+    async def other_task() -> None:
+        await anyio.lowlevel.checkpoint()
+        seen_by_other_task.append(len(handled))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(g.serve, handle)
+        await anyio.sleep(0.01)  # the worker is idle now
+        for row in range(100):
+            g.submit(row)  # type: ignore[arg-type]
+        tg.start_soon(other_task)
+        with anyio.fail_after(2):
+            while len(handled) < 100:
+                await anyio.sleep(0.001)
+        tg.cancel_scope.cancel()
+    assert handled == list(range(100))
+    assert seen_by_other_task and seen_by_other_task[0] < 100, "one worker held the event loop for the whole queue"
+    assert seen_by_other_task[0] <= YIELD_EVERY_ROWS * Instant.max_parallel  # each worker yields as often
+
+
+async def test_room_counts_idle_workers_and_one_waiting_row_each() -> None:
+    g = gate()
+    assert g.room == (1 + QUEUE_PER_WORKER) * Instant.max_parallel
+    g.submit(object())  # type: ignore[arg-type]
+    assert g.room == (1 + QUEUE_PER_WORKER) * Instant.max_parallel - 1
+    assert len(g.take_queued()) == 1 and g.room == (1 + QUEUE_PER_WORKER) * Instant.max_parallel
