@@ -110,13 +110,26 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time a process has used so far (0 if it is gone)."""
+def cpu_seconds(pid: int, *, tree: bool = False) -> float:
+    """User + system CPU time a process has used so far (0 if it is gone).
+
+    With ``tree``: also its children's, live ones and those it has reaped
+    (PostgreSQL's postmaster reaps every backend that ends).
+    """
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
         return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    ticks = int(fields[11]) + int(fields[12])
+    total = ticks / os.sysconf("SC_CLK_TCK")
+    if tree:
+        total += (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")
+        try:
+            children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        except OSError:
+            children = []
+        total += sum(cpu_seconds(int(child), tree=True) for child in children)
+    return total
 
 
 def rss_mb(pid: int) -> tuple[float, float]:

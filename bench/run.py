@@ -283,6 +283,12 @@ class Db:
         await self.conn.execute("ALTER SYSTEM SET pg_stat_statements.track = 'none'")
         await self.conn.execute("SELECT pg_reload_conf()")
 
+    async def server_cpu_seconds(self) -> float:
+        """CPU used so far by the whole PostgreSQL cluster (postmaster, backends, background processes)."""
+        backend = await self.conn.fetchval("SELECT pg_backend_pid()")
+        fields = Path(f"/proc/{backend}/stat").read_text().rsplit(")", 1)[1].split()
+        return common.cpu_seconds(int(fields[1]), tree=True)  # fields[1]: the parent, the postmaster
+
     async def lsn(self) -> str:
         return await self.conn.fetchval("SELECT pg_current_wal_lsn()::text")
 
@@ -335,14 +341,16 @@ async def core_rep(db: Db, cfg: Config, prefix: str, rows: int, *, truncate: boo
     if before_run is not None:
         await before_run()
     lsn1 = await db.lsn()
+    pg_cpu = await db.server_cpu_seconds()
     r = await run_worker(["core_worker.py", db.url, str(rows), str(cfg.core_concurrency), str(cfg.core_batch),
                           cfg.log_level], profile=profile, stderr_path=str(workdir / "core.log"))
+    pg_cpu = await db.server_cpu_seconds() - pg_cpu
     wal = await db.wal_since(lsn1)
     sent = await db.count(prefix, "sent")
     if sent != rows:
         raise RuntimeError(f"core run: {sent} of {rows} rows sent")
     return {"rate": rows / (r["end"] - r["start"]), "wal": wal / rows, "insert_wal": insert_wal / rows,
-            "peak_rss": r["peak_rss_mb"], "cpu_us": 1e6 * r["cpu_seconds"] / rows}
+            "peak_rss": r["peak_rss_mb"], "cpu_us": 1e6 * r["cpu_seconds"] / rows, "pg_cpu_us": 1e6 * pg_cpu / rows}
 
 
 async def pgq_rep(db: Db, mode: str, jobs: int, batch: int, extra: list[str], workdir: Path) -> dict[str, float]:
@@ -359,13 +367,15 @@ async def pgq_rep(db: Db, mode: str, jobs: int, batch: int, extra: list[str], wo
         await q.enqueue([mode] * len(part), part, [0] * len(part))
     await db.conn.execute("VACUUM (ANALYZE) pgqueuer")
     lsn = await db.lsn()
+    pg_cpu = await db.server_cpu_seconds()
     r = await run_worker(["pgq_worker.py", mode, db.url, str(jobs), str(batch), *extra],
                          stderr_path=str(workdir / f"pgq-{mode}.log"))
+    pg_cpu = await db.server_cpu_seconds() - pg_cpu
     wal = await db.wal_since(lsn)
     left = await db.conn.fetchval("SELECT count(*) FROM pgqueuer")
     if left or r["done"] != jobs:
         raise RuntimeError(f"PgQueuer {mode}: {r['done']} of {jobs} done, {left} left in the queue")
-    return {"rate": jobs / (r["end"] - r["start"]), "wal": wal / jobs}
+    return {"rate": jobs / (r["end"] - r["start"]), "wal": wal / jobs, "pg_cpu_us": 1e6 * pg_cpu / jobs}
 
 
 async def measure_core(db: Db, cfg: Config, res: Results, workdir: Path) -> None:
@@ -379,7 +389,8 @@ async def measure_core(db: Db, cfg: Config, res: Results, workdir: Path) -> None
     theirs: dict[int, list[dict[str, float]]] = {b: [] for b in cfg.pgq_batches}
     for i in range(cfg.reps):
         ours.append(await core_rep(db, cfg, f"core{i}-", cfg.core_rows, truncate=True, workdir=workdir))
-        line = f"  round {i + 1}: outbox-mailer {ours[-1]['rate']:,.0f}/s ({ours[-1]['cpu_us']:.0f} µs CPU/email); PgQueuer"
+        line = (f"  round {i + 1}: outbox-mailer {ours[-1]['rate']:,.0f}/s ({ours[-1]['cpu_us']:.0f} µs CPU/email, "
+                f"PostgreSQL {ours[-1]['pg_cpu_us']:.0f} µs); PgQueuer")
         for b in cfg.pgq_batches:
             theirs[b].append(await pgq_rep(db, "noop", cfg.core_rows, b, [], workdir))
             line += f" b{b} {theirs[b][-1]['rate']:,.0f}/s"
@@ -389,12 +400,14 @@ async def measure_core(db: Db, cfg: Config, res: Results, workdir: Path) -> None
     res.put("core_rates", [r["rate"] for r in ours])
     res.put("core_wal", median([r["wal"] for r in ours]))
     res.put("core_cpu_us", median([r["cpu_us"] for r in ours]))
+    res.put("core_pg_cpu_us", median([r["pg_cpu_us"] for r in ours]))
     res.put("insert_wal", median([r["insert_wal"] for r in ours]))
     res.put("core_peak_rss", max(r["peak_rss"] for r in ours))
     res.put("pgq_batch", best)
     res.put("pgq_rate", median([r["rate"] for r in theirs[best]]))
     res.put("pgq_rates", [r["rate"] for r in theirs[best]])
     res.put("pgq_wal", median([r["wal"] for r in theirs[best]]))
+    res.put("pgq_pg_cpu_us", median([r["pg_cpu_us"] for r in theirs[best]]))
     res.put("pgq_sweep", {b: round(median([r["rate"] for r in v])) for b, v in theirs.items()})
 
 
@@ -670,7 +683,9 @@ def report(cfg: Config, res: Results, info: dict[str, str], command: str, elapse
         rows.append((f"Daemon peak RSS draining a {cfg.memory_rows:,}-row backlog", f"{g('memory_peak_rss'):.0f} MB",
                      f"{cfg.core_rows:,}-row backlog: {g('core_peak_rss'):.0f} MB; SMTP daemon: "
                      f"{g('smtp1_rss') or 0:.0f} MB", "", "reported, bounded", ""))
-    cpu = [(label, g(key)) for key, label in (("core_cpu_us", "core"), ("smtp1_cpu_us", "SMTP, 1 process"),
+    cpu = [(label, g(key)) for key, label in (("core_cpu_us", "core"), ("core_pg_cpu_us", "PostgreSQL in the core run"),
+                                               ("pgq_pg_cpu_us", "PostgreSQL per PgQueuer no-op job"),
+                                               ("smtp1_cpu_us", "SMTP, 1 process"),
                                                ("smtp2_cpu_us", "SMTP, 2 processes (both)")) if g(key) is not None]
     if cpu:
         rows.append(("Daemon CPU per email (user + system; steadier than rates on a shared machine)",
