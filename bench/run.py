@@ -200,7 +200,7 @@ class DaemonProcess:
             "OUTBOX_MAILER_SMTP__TLS": "none",
             "OUTBOX_MAILER_SMTP__POOL_SIZE": str(pool),
             "OUTBOX_MAILER_SMTP__HELO_NAME": "bench.example.com",
-            "OUTBOX_MAILER_CONCURRENCY": str(2 * pool),  # a send per connection, and the next one ready
+            "OUTBOX_MAILER_CONCURRENCY": str(4 * pool),  # a send per connection, and the next three ready
             "OUTBOX_MAILER_RESCUE_INTERVAL_SECONDS": "3600",
             "OUTBOX_MAILER_WORKER_NAME": name,
         })

@@ -32,7 +32,7 @@ from .ratelimit import TokenBucket
 
 log = logging.getLogger("outbox_mailer")
 
-QUEUE_PER_WORKER = 1
+QUEUE_PER_WORKER = 3  # rows waiting per worker, if concurrency allows: claims of a worthwhile size
 YIELD_EVERY_ROWS = 8
 
 
@@ -58,11 +58,13 @@ class TransportGate:
 
     @property
     def room(self) -> int:
-        """Rows this gate can take: one for each idle worker, and one more waiting per worker.
+        """Rows this gate can take: one for each idle worker, and a few more waiting per worker.
 
-        The waiting row lets the claim loop fetch a worthwhile batch while every
-        worker is busy (a claim of one or two rows costs as much as one of ten),
-        yet its claim ages by at most one send before it starts.
+        Waiting rows let the claim loop fetch a worthwhile batch while every
+        worker is busy (a claim of one or two rows costs as much as one of
+        twenty), yet a claim ages by at most a few sends before its row starts
+        (``may_start`` refuses it if that ever comes near the rescue delay).
+        The daemon's ``concurrency`` bounds the total.
         """
         return QUEUE_PER_WORKER * self.workers + self.workers - self._busy - len(self._queue)
 
