@@ -688,7 +688,7 @@ def report(cfg: Config, res: Results, info: dict[str, str], command: str, elapse
                                                ("smtp1_cpu_us", "SMTP, 1 process"),
                                                ("smtp2_cpu_us", "SMTP, 2 processes (both)")) if g(key) is not None]
     if cpu:
-        rows.append(("Daemon CPU per email (user + system; steadier than rates on a shared machine)",
+        rows.append(("CPU per email (user + system; steadier than rates on a shared machine)",
                      "; ".join(f"{label} {value:.0f} µs" for label, value in cpu), "", "", "reported", ""))
     if g("core_wal") is not None:
         rows.append(("WAL per email (claim + record + attempt row)", f"{g('core_wal') / 1024:.1f} KB",
