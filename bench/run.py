@@ -862,15 +862,35 @@ async def profile(db: Db, cfg: Config, res: Results, sink: SmtpSink, workdir: Pa
 
 
 def reexec_in_project_venv() -> None:
-    """`python bench/run.py` with an interpreter that lacks the project: use the project's .venv."""
+    """`python3 bench/run.py` with an interpreter that lacks the project: use the project's .venv,
+    creating it on a clean checkout (and, as root, installing Debian's python3-venv if needed)."""
     try:
         import anyio  # noqa: F401
         import asyncpg  # noqa: F401
+
+        import outbox_mailer  # noqa: F401
     except ImportError:
-        venv_python = ROOT / ".venv" / "bin" / "python"
-        if venv_python.exists() and Path(sys.prefix).resolve() != (ROOT / ".venv").resolve():
-            os.execv(str(venv_python), [str(venv_python), *sys.argv])
-        sys.exit("outbox-mailer's dependencies are missing: pip install -e . (or create .venv) first")
+        venv = ROOT / ".venv"
+        venv_python = venv / "bin" / "python"
+        if Path(sys.prefix).resolve() == venv.resolve():
+            sys.exit("outbox-mailer's dependencies are missing from .venv: .venv/bin/pip install -e . first")
+        if not venv_python.exists():
+            create_project_venv(venv)
+        os.execv(str(venv_python), [str(venv_python), *sys.argv])
+
+
+def create_project_venv(venv: Path) -> None:
+    print(f"first run on this checkout: creating {venv} with outbox-mailer installed", flush=True)
+    if subprocess.run([sys.executable, "-m", "venv", str(venv)], check=False).returncode != 0:
+        if os.geteuid() != 0:
+            sys.exit("python3 -m venv failed: install Debian's python3-venv (or run this as root)")
+        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+        if subprocess.run(["apt-get", "install", "-y", "-q", "python3-venv"], env=env, check=False).returncode:
+            subprocess.run(["apt-get", "update", "-q"], env=env, check=True)
+            subprocess.run(["apt-get", "install", "-y", "-q", "python3-venv"], env=env, check=True)
+        shutil.rmtree(venv, ignore_errors=True)
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "-e", str(ROOT)], check=True)
 
 
 def main() -> int:
