@@ -2,8 +2,9 @@
 
 Send tasks put an :class:`OutcomeWrite` into the recorder's stream; the
 recorder takes whatever is ready (up to ``RECORD_BATCH``), writes it in one
-statement fenced on each row's claim, releases the rows' advisory locks, and
-logs. Logging: one line per retry, failure, in-doubt row and lost claim
+statement fenced on each row's claim, leaves the rows' advisory locks to the
+claim loop's next claim (or releases them at once when the loop is waiting
+for work), and logs. Logging: one line per retry, failure, in-doubt row and lost claim
 (INFO/WARNING); a sent row gets its own line at DEBUG only, and at INFO a
 progress line sums up what was recorded, at most every ``PROGRESS_SECONDS``
 (the attempts table and ``outbox-mailer status`` are the per-email record; a
@@ -75,7 +76,7 @@ class Recorder:
         self._reported, self._reported_at = dict(self.counts), now
 
     async def record(self, batch: Sequence[OutcomeWrite]) -> None:
-        """Write outcomes, then release their locks. Retries while the database is away.
+        """Write outcomes, then release their locks (now, or with the next claim). Retries while the database is away.
 
         Gives up, leaving the rows in ``sending`` for a rescuer, only on an error
         that is not a lost connection and repeats, or when stopping and the
