@@ -43,13 +43,12 @@ from ..config import SmtpSettings
 from ..delivery import ComposedMessage, Delivery, Outcome, idempotency_key
 from ..errors import TransportUnavailable
 from .smtp_attempt import LIBRARY_ERRORS, Attempt, Connection, SetupError, describe
-from .smtp_replies import classify_reply, one_line, queue_id
+from .smtp_replies import classify_reply, one_line
 from .smtp_wire import Wire, WireError
 
 __all__ = ["SmtpTransport", "classify_reply"]
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-_queue_id = queue_id  # the names the unit tests know
 
 
 def _envelope_problem(message: ComposedMessage) -> str | None:

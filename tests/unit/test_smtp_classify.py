@@ -12,7 +12,8 @@ import pytest
 from aiosmtplib.protocol import PERIOD_REGEX, normalize_message_line_endings
 
 from outbox_mailer.delivery import ComposedMessage, OutcomeKind
-from outbox_mailer.transports.smtp import _envelope_problem, _queue_id, classify_reply
+from outbox_mailer.transports.smtp import _envelope_problem, classify_reply
+from outbox_mailer.transports.smtp_replies import queue_id
 from outbox_mailer.transports.smtp_wire import Reply, Wire, WireError, frame_body
 
 
@@ -75,7 +76,7 @@ def test_enhanced_code_is_the_first_word(text: str, enhanced: str | None) -> Non
     ],
 )
 def test_queue_id_only_when_the_reply_has_one(text: str, expected: str | None) -> None:
-    assert _queue_id(text) == expected
+    assert queue_id(text) == expected
 
 
 def _message(sender: str = "app@example.com", *recipients: str) -> ComposedMessage:
