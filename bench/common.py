@@ -17,6 +17,7 @@ import statistics
 import subprocess
 import sys
 import time
+from email.message import EmailMessage
 from pathlib import Path
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -80,6 +81,18 @@ def email_payload(n: int) -> dict[str, object]:
         "html": HTML_BODY.replace("{n}", str(n)),
         "message_id": f"<bench-{n}@example.com>",
     }
+
+
+def email_message(data: dict[str, object]) -> EmailMessage:
+    """The email of a payload built the way a hand-written worker does: EmailMessage, text + HTML."""
+    msg = EmailMessage()
+    msg["From"] = DEFAULT_FROM
+    msg["To"] = data["to"]
+    msg["Subject"] = data["subject"]
+    msg["Message-ID"] = data["message_id"]
+    msg.set_content(data["text"])
+    msg.add_alternative(data["html"], subtype="html")
+    return msg
 
 
 def free_port() -> int:

@@ -78,15 +78,7 @@ async def main(argv: list[str]) -> None:
 
         @qm.entrypoint("email")
         async def send_email(job: Job) -> None:
-            data = json.loads(job.payload or b"{}")
-            msg = EmailMessage()
-            msg["From"] = common.DEFAULT_FROM
-            msg["To"] = data["to"]
-            msg["Subject"] = data["subject"]
-            msg["Message-ID"] = data["message_id"]
-            msg.set_content(data["text"])
-            msg.add_alternative(data["html"], subtype="html")
-            await pool.send(msg)
+            await pool.send(common.email_message(json.loads(job.payload or b"{}")))
             done["n"] += 1
 
     start = time.time()

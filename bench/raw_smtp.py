@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
-from email.message import EmailMessage
 from email.policy import SMTP as SMTP_POLICY
 
 import aiosmtplib
@@ -25,15 +24,7 @@ import common
 
 def template() -> bytes:
     """One message rendered by the standard library, with N standing for the row number."""
-    data = common.email_payload(987654321)
-    msg = EmailMessage()
-    msg["From"] = common.DEFAULT_FROM
-    msg["To"] = data["to"]
-    msg["Subject"] = data["subject"]
-    msg["Message-ID"] = data["message_id"]
-    msg.set_content(data["text"])
-    msg.add_alternative(data["html"], subtype="html")
-    return msg.as_bytes(policy=SMTP_POLICY)
+    return common.email_message(common.email_payload(987654321)).as_bytes(policy=SMTP_POLICY)
 
 
 def render(tpl: bytes, n: int) -> tuple[str, list[str], bytes]:

@@ -263,9 +263,7 @@ class Daemon:
     async def _release_deferred(self) -> None:
         """Before waiting for work: release the locks the recorder left for the next claim."""
         try:
-            session = await self._db.claim_session()
-            if session.deferred_unlocks:
-                await session.release_deferred()
+            await (await self._db.claim_session()).release_deferred()
         except DatabaseError as exc:
             if not self._stopping.is_set():
                 await self._db.failed(exc)  # closing the session releases every lock it held

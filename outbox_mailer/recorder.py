@@ -88,7 +88,7 @@ class Recorder:
             try:
                 session = await self._db.claim_session()
                 updated = await session.record_outcomes(batch, defer_release=self._defer_release())
-                if session.deferred_unlocks and not self._defer_release():
+                if not self._defer_release():
                     await session.release_deferred()  # the claim loop went idle meanwhile
             except DatabaseError as exc:
                 unavailable = isinstance(exc, DatabaseUnavailable)
