@@ -64,6 +64,11 @@ class Delivery:
     expires_at: datetime | None
     created_at: datetime
     first_attempt_at: datetime | None = None  # start of the provider's idempotency window
+    # envelope recipients this attempt sends to, when an earlier attempt reached the others (None: all)
+    retry_recipients: tuple[str, ...] | None = None
+    # why the row cannot be sent as read (a value no decoder handles, content over the size
+    # limit, left unread); the daemon fails such a row alone, without a network call
+    defect: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,9 +110,22 @@ class ComposedMessage:
 
 @dataclass(frozen=True, slots=True)
 class RefusedRecipient:
+    """A recipient the message did not reach in this attempt (the others did).
+
+    ``reply_code`` 5xx: refused for good. 4xx, or ``None`` (the transaction
+    carrying it broke before the body went out): not delivered, may be retried.
+    ``unknown``: the transaction carrying it lost its connection after the body
+    went out, so the server may have accepted it for this recipient.
+    """
+
     address: str
     reply_code: int | None
     message: str
+    unknown: bool = False
+
+    @property
+    def permanent(self) -> bool:
+        return not self.unknown and self.reply_code is not None and 500 <= self.reply_code < 600
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,7 @@ from .migrations import load_migrations
 from .pgcluster import TemporaryPostgres
 from .sink import SmtpSink, always_refuse, combine, fail_first
 from .store import Store
+from .transports import probe_sender
 from .transports.smtp import SmtpTransport
 
 COMMITTED = """
@@ -94,7 +95,7 @@ async def _run_daemon_until_done(url: str, port: int, store: Store, timeout_seco
         poll_interval_seconds=0.5,
         shutdown_grace_seconds=5,
     )
-    smtp = SmtpTransport(settings.smtp)
+    smtp = SmtpTransport(settings.smtp, probe_sender=probe_sender(settings))
     daemon = Daemon(settings, {"smtp": smtp})
     try:
         async with anyio.create_task_group() as tg:

@@ -121,8 +121,10 @@ class TransportGate:
         """Feed the breaker and the rate limiter; returns the outcome with its retry time adjusted."""
         now = anyio.current_time()
         if outcome.pause_seconds:
+            was_paused = self.breaker.is_paused(now)
             self.breaker.pause(now, outcome.pause_seconds)
-            log.error("transport %s paused for %.0fs: %s", self.name, outcome.pause_seconds, outcome.error)
+            if not was_paused:  # one line per pause, not one per send that was in flight
+                log.error("transport %s paused for %.0fs: %s", self.name, outcome.pause_seconds, outcome.error)
             return dataclasses.replace(
                 outcome, charge_attempt=False,
                 retry_after_seconds=max(outcome.pause_seconds, outcome.retry_after_seconds or 0),

@@ -44,6 +44,12 @@ the bytes the server had already received after that command's line when it
 handled it (a client that waits for each reply leaves nothing there; for
 DATA it is what followed the end of the message).
 
+Recipient limit (Postfix's ``smtpd_recipient_limit``): ``server.recipient_limit = N``
+(or ``running_smtp_server(recipient_limit=N)``) answers ``452 4.5.3 Too many
+recipients`` to every RCPT of a transaction that already has N accepted
+recipients; the limit is checked before the faults (a fault for an address
+refused by the limit is not used up).
+
 ``server.received_by_header("X-Test-Key")`` counts the messages read per value
 of a header (``accepted_only=True``: only those answered 2xx).
 
@@ -143,6 +149,7 @@ class SmtpTestServer:
         self._commands: list[tuple[int, str, str]] = []
         self._queued: list[tuple[int, str, bytes]] = []
         self.pipelining = False  # advertise PIPELINING in the EHLO reply
+        self.recipient_limit: int | None = None  # accepted RCPTs per transaction; more get 452 4.5.3
         self._open: set[_RecordingSMTP] = set()
         self._connections = 0
         self._max_concurrent = 0
@@ -412,6 +419,9 @@ class _Handler:
 
     async def handle_RCPT(self, srv, session, envelope, address, rcpt_options):  # noqa: N802
         self.owner._log(srv, "RCPT", address)
+        limit = self.owner.recipient_limit
+        if limit is not None and len(envelope.rcpt_tos) >= limit:
+            return "452 4.5.3 Too many recipients"
         reply = await _act(self.owner._take("RCPT", address), srv)
         if reply is None or reply.startswith("2"):
             envelope.rcpt_tos.append(address)
@@ -470,14 +480,16 @@ class _Controller(Controller):
 
 @contextlib.contextmanager
 def running_smtp_server(
-    port: int | None = None, *, pipelining: bool = False, **kwargs: Any
+    port: int | None = None, *, pipelining: bool = False, recipient_limit: int | None = None, **kwargs: Any
 ) -> Iterator[SmtpTestServer]:
     """Start aiosmtpd on 127.0.0.1 and ``port`` (default: a free one); stop it on exit.
 
-    ``pipelining``: advertise PIPELINING in the EHLO reply.
+    ``pipelining``: advertise PIPELINING in the EHLO reply; ``recipient_limit``:
+    accepted recipients per transaction, more are answered 452 4.5.3.
     """
     state = SmtpTestServer()
     state.pipelining = pipelining
+    state.recipient_limit = recipient_limit
     kwargs.setdefault("server_hostname", "smtp.example.com")
     kwargs.setdefault("ready_timeout", 5.0)
     state._controller_kwargs = kwargs

@@ -257,16 +257,24 @@ def sent_with_id(response: ApiResponse, field: str) -> Outcome:
     return Outcome.sent(str(message_id) if message_id else None, reply_code=response.status)
 
 
+def probe_sender(settings: Settings) -> str | None:
+    """The envelope sender `check` probes an SMTP relay with: the default sender's address."""
+    from ..addresses import parse_address
+
+    return None if settings.default_from is None else parse_address(settings.default_from, "default_from").addr_spec
+
+
 def build_transports(settings: Settings) -> dict[str, Transport]:
     """Every configured transport by name: ``smtp`` and each ``OUTBOX_MAILER_TRANSPORTS__<NAME>``."""
     from ..config import SmtpTransportSettings
     from .http import HttpApiTransport
     from .smtp import SmtpTransport
 
-    transports: dict[str, Transport] = {"smtp": SmtpTransport(settings.smtp)}
+    sender = probe_sender(settings)
+    transports: dict[str, Transport] = {"smtp": SmtpTransport(settings.smtp, probe_sender=sender)}
     for name, config in settings.transports.items():
         if isinstance(config, SmtpTransportSettings):
-            transports[name] = SmtpTransport(config, name=name)
+            transports[name] = SmtpTransport(config, name=name, probe_sender=sender)
         else:
             transports[name] = HttpApiTransport(config, name=name)
     return transports

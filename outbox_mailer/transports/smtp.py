@@ -18,7 +18,15 @@ happened, which is what decides the outcome:
 * a timeout or lost connection once the body may have been sent: ambiguous
   (the server may have accepted the message). Pipelined, that is once the
   body was written after 354; one command at a time, anywhere inside DATA;
-* 250 after the message body: sent.
+* 250 after the message body: sent;
+* recipients refused with 452 (too many recipients): sent in further
+  transactions on the same connection within the attempt, see
+  :mod:`.smtp_attempt`;
+* a refusal about our account rather than the message (530 authentication
+  required, relaying denied; the exact rule is in :mod:`.smtp_replies`):
+  transient, not charged, and the transport asks to be paused
+  (``pause_seconds``, like refused credentials of an API transport); the
+  daemon's gate logs the pause with the reply.
 
 After a refusal (other than 421) RSET keeps the connection usable.
 
@@ -26,6 +34,17 @@ Failures while setting a session up (connect, greeting, EHLO, STARTTLS,
 AUTH) are the server's or the configuration's, not the message's: the
 outcome is transient with ``charge_attempt=False``, and :meth:`check`
 raises :class:`~outbox_mailer.errors.TransportUnavailable` for them.
+
+:meth:`check` then probes the account without sending anything: ``MAIL
+FROM:<probe sender>``, ``RCPT TO:<outbox-mailer-check@example.com>`` (an
+RFC 2606 domain: ``example.net`` when the sender is at ``example.com``, so
+that the recipient is never at the sender's domain and a relay that wants
+AUTH shows it by refusing to relay), then ``RSET``; never DATA. A refusal
+about our account (see above) or a lost connection raises
+TransportUnavailable; any other refusal (an unknown probe recipient, a
+temporary 4xx) is only reported in the returned line. The probe sender is
+the ``probe_sender`` given to the constructor (the daemon passes the
+configured default sender), else ``postmaster@<helo name>``.
 """
 
 from __future__ import annotations
@@ -43,12 +62,19 @@ from ..config import SmtpSettings
 from ..delivery import ComposedMessage, Delivery, Outcome, idempotency_key
 from ..errors import TransportUnavailable
 from .smtp_attempt import LIBRARY_ERRORS, Attempt, Connection, SetupError, describe
-from .smtp_replies import classify_reply, one_line
+from .smtp_replies import account_refusal, classify_reply, one_line
 from .smtp_wire import Wire, WireError
 
 __all__ = ["SmtpTransport", "classify_reply"]
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+PROBE_LOCAL_PART = "outbox-mailer-check"
+
+
+def probe_recipient(sender: str) -> str:
+    """The check's RCPT: at an RFC 2606 domain that is not the sender's."""
+    domain = "example.net" if sender.rpartition("@")[2].lower() == "example.com" else "example.com"
+    return f"{PROBE_LOCAL_PART}@{domain}"
 
 
 def _envelope_problem(message: ComposedMessage) -> str | None:
@@ -90,8 +116,10 @@ class _Session:
 class SmtpTransport:
     """Sends through one SMTP server; at most ``settings.pool_size`` connections open."""
 
-    def __init__(self, settings: SmtpSettings, *, name: str = "smtp") -> None:
+    def __init__(self, settings: SmtpSettings, *, name: str = "smtp", probe_sender: str | None = None) -> None:
+        """``probe_sender``: MAIL FROM of :meth:`check`'s probe (None: ``postmaster@<helo name>``)."""
         self.name = name
+        self._probe_sender = probe_sender
         self.max_parallel = settings.pool_size
         self.send_timeout_seconds = settings.send_timeout_seconds
         self.idempotency_window_seconds = (
@@ -226,12 +254,9 @@ class SmtpTransport:
                     outcome = await attempt.run(self._take_idle())
                 if scope.cancelled_caught:
                     attempt.reusable = False
-                    if attempt.decided is not None:  # refused; the RSET after it timed out
-                        return attempt.decided
-                    limit = f"no reply within the send timeout ({self._settings.send_timeout_seconds:g} s)"
-                    if attempt.maybe_accepted:
-                        return Outcome.ambiguous(f"DATA: {limit}; the server may have accepted the message")
-                    return Outcome.transient(f"{attempt.phase}: {limit}")
+                    return attempt.cut_short(
+                        f"no reply within the send timeout ({self._settings.send_timeout_seconds:g} s)"
+                    )
                 return outcome
             finally:
                 self._give_back(attempt.conn, attempt.reusable)
@@ -242,15 +267,75 @@ class SmtpTransport:
                 session = await self._open()
             except SetupError as exc:
                 raise TransportUnavailable(str(exc), transport=self.name) from (exc.__cause__ or exc)
-            await self._quit(session.conn)
+            try:
+                probe = await self._probe(session.conn)
+            finally:
+                await self._quit(session.conn)
         details = [
             "ESMTP" if session.esmtp else "SMTP",
             f"tls={self._settings.tls}",
             f"STARTTLS {'yes' if session.starttls_offered else 'no'}",
             f"encrypted {'yes' if session.tls else 'no'}",
             f"AUTH {'ok' if session.authenticated else 'not used'}",
+            probe,
         ]
         return f"{self._address} {session.greeting} ({', '.join(details)})"
+
+    async def _probe(self, conn: Connection) -> str:
+        """MAIL and RCPT without a message, then RSET; raise TransportUnavailable if the account is refused."""
+        sender = self._probe_sender or f"postmaster@{await self._helo_name()}"
+        problem = _address_problem("sender", sender)
+        if problem is not None:
+            raise TransportUnavailable(f"probe sender {sender!r} {problem}", transport=self.name)
+        recipient = probe_recipient(sender)
+        timeout = self._settings.command_timeout_seconds
+        utf8 = not sender.isascii()
+        verb, note = "MAIL", "probe MAIL/RCPT accepted"
+        try:
+            for verb, address in (("MAIL", sender), ("RCPT", recipient)):
+                code, text = await self._probe_command(conn, verb, address, utf8, timeout)
+                if code in (250, 251):
+                    continue
+                reply = f"{code} {one_line(text)}"
+                if account_refusal(code, text) or code == 421:
+                    raise TransportUnavailable(
+                        f"{self._address} probe {verb} <{address}>: {reply}"
+                        + (": the server refuses mail from this account (authentication required or relaying "
+                           "denied: check smtp.username and smtp.password)" if code != 421 else ""),
+                        transport=self.name,
+                    )
+                note = f"probe {verb} refused: {reply}"
+                break
+            verb = "RSET"
+            await self._probe_command(conn, "RSET", "", utf8, timeout)
+        except (WireError, *LIBRARY_ERRORS) as exc:
+            raise TransportUnavailable(f"{self._address} probe {verb}: {describe(exc)}", transport=self.name) from exc
+        return note
+
+    @staticmethod
+    async def _probe_command(conn: Connection, verb: str, address: str, utf8: bool, timeout: float) -> tuple[int, str]:
+        """One probe command's reply (code, text); raises WireError or a library error when the connection fails."""
+        if conn.wire is not None:
+            lines = {
+                "MAIL": b"MAIL FROM:<%s>%s\r\n" % (address.encode(), b" SMTPUTF8" if utf8 else b""),
+                "RCPT": b"RCPT TO:<%s>\r\n" % address.encode(),
+                "RSET": b"RSET\r\n",
+            }
+            reply = await conn.wire.command(lines[verb], timeout)
+            return reply.code, reply.text
+        encoding = "utf-8" if utf8 else "ascii"
+        try:
+            if verb == "MAIL":
+                response = await conn.smtp.mail(address, options=["SMTPUTF8"] if utf8 else [], encoding=encoding)
+            elif verb == "RCPT":
+                response = await conn.smtp.rcpt(address, encoding=encoding)
+            else:
+                response = await conn.smtp.rset()
+        except SMTPResponseException as exc:  # MAIL/RCPT refused (SMTPSenderRefused, SMTPRecipientRefused)
+            if not 400 <= exc.code < 600:
+                raise
+            return exc.code, exc.message
+        return response.code, response.message
 
     async def aclose(self) -> None:
         self._closed = True

@@ -16,6 +16,18 @@ Two ways, chosen by the server's EHLO reply:
 
 Either way a refusal is followed by RSET so the connection stays usable
 (except after 421: the server is closing it).
+
+Recipients refused with 452 (too many recipients in one transaction, RFC
+5321 section 4.5.3.1.10; Postfix's ``smtpd_recipient_limit``) are sent in
+further transactions on the same connection, within the same attempt, once
+a transaction was accepted (DATA answered 250): MAIL, their RCPTs and DATA
+again, the same bytes, as long as each follow-up makes progress (at least one
+recipient accepted and the body accepted). Only 452: another 4xx means "try
+later" and stays refused. The attempt is then sent, with the first accepted
+transaction's queue id, and ``refused`` holds every recipient the message did
+not reach (see :func:`.smtp_replies.follow_up`): its refusal reply, or code
+None when a follow-up broke before its body went out, or ``unknown`` when a
+follow-up lost its connection after the body.
 """
 
 from __future__ import annotations
@@ -32,7 +44,7 @@ from aiosmtplib import (
 )
 
 from ..config import SmtpSettings
-from ..delivery import ComposedMessage, Outcome, RefusedRecipient
+from ..delivery import ComposedMessage, Outcome, OutcomeKind, RefusedRecipient
 from . import smtp_replies as replies
 from .smtp_replies import one_line
 from .smtp_wire import Reply, Wire, WireError, frame_body
@@ -91,7 +103,9 @@ class Attempt:
 
     ``phase`` names the command whose reply is awaited; ``maybe_accepted`` turns
     true once the body may have reached the server; ``decided`` holds the
-    outcome while the RSET after a refusal is under way.
+    outcome while the RSET after a refusal is under way: all three about the
+    transaction under way. ``first`` is the first accepted transaction's
+    outcome; ``settled`` the attempt's refusals so far, by address.
     """
 
     def __init__(
@@ -105,6 +119,10 @@ class Attempt:
         self.phase = "connect"
         self.maybe_accepted = False
         self.decided: Outcome | None = None
+        self.first: Outcome | None = None
+        self.settled: dict[str, RefusedRecipient] = {}
+        self._current: tuple[str, ...] = ()  # recipients of the transaction under way
+        self._txn_refused: list[RefusedRecipient] = []  # ... refused in it so far
 
     async def run(self, conn: Connection | None) -> Outcome:
         reused = conn is not None
@@ -120,10 +138,9 @@ class Attempt:
             if isinstance(options, Outcome):
                 self.reusable = True
                 return options
-            if conn.wire is not None:
-                outcome = await self._pipelined(conn.wire, *options, may_retry=reused)
-            else:
-                outcome = await self._one_by_one(conn.smtp, *options, may_retry=reused)
+            outcome = await self._transaction(conn, options, self.message.recipients, may_retry=reused)
+            if outcome is not None and outcome.kind is OutcomeKind.SENT:
+                return await self._follow_ups(conn, options, outcome)
             if outcome is not None:
                 return outcome
             # An idle connection the server closed meanwhile: nothing was
@@ -131,6 +148,60 @@ class Attempt:
             conn.close()
             self.conn = conn = None
             reused = False
+
+    async def _transaction(
+        self, conn: Connection, options: tuple[list[str], str], recipients: tuple[str, ...], *, may_retry: bool
+    ) -> Outcome | None:
+        self.maybe_accepted, self.decided = False, None
+        self._current, self._txn_refused = recipients, []
+        if conn.wire is not None:
+            return await self._pipelined(conn.wire, *options, recipients, may_retry=may_retry)
+        return await self._one_by_one(conn.smtp, *options, recipients, may_retry=may_retry)
+
+    async def _follow_ups(self, conn: Connection, options: tuple[list[str], str], first: Outcome) -> Outcome:
+        """Send to the recipients refused with 452 in further transactions while each makes progress."""
+        self.first, self._current = first, ()
+        self.settled = {r.address: r for r in first.refused}
+        pending = self._too_many(first.refused)
+        while pending and self.reusable and conn.usable:
+            outcome = await self._transaction(conn, options, pending, may_retry=False)
+            assert outcome is not None  # may_retry=False
+            self._settle(outcome)
+            if outcome.kind is not OutcomeKind.SENT:  # nobody accepted: no progress
+                break
+            pending = self._too_many(outcome.refused)
+        return self._combined()
+
+    @staticmethod
+    def _too_many(refused: tuple[RefusedRecipient, ...]) -> tuple[str, ...]:
+        return tuple(r.address for r in refused if r.reply_code == replies.TOO_MANY_RECIPIENTS and not r.unknown)
+
+    def _settle(self, outcome: Outcome) -> None:
+        """Record what a follow-up transaction did for its recipients."""
+        accepted, refused = replies.follow_up(self._current, outcome)
+        for address in accepted:
+            self.settled.pop(address, None)
+        self.settled.update((r.address, r) for r in refused)
+        self._current = ()
+
+    def _combined(self) -> Outcome:
+        assert self.first is not None
+        order = [a for a in self.message.recipients if a in self.settled]
+        return replies.with_refused(self.first, [self.settled[a] for a in order])
+
+    def cut_short(self, limit: str) -> Outcome:
+        """The outcome when the send timeout stopped the attempt (``limit`` says so)."""
+        if self.decided is not None:  # refused; the RSET after it timed out
+            outcome = self.decided
+        elif self.maybe_accepted:
+            outcome = replies.ambiguous(limit, self._txn_refused)
+        else:
+            outcome = Outcome.transient(f"{self.phase}: {limit}", refused=tuple(self._txn_refused))
+        if self.first is None:
+            return outcome
+        if self._current:
+            self._settle(outcome)
+        return self._combined()
 
     def _mail_options(self, smtp: SMTP) -> tuple[list[str], str] | Outcome:
         msg = self.message
@@ -153,12 +224,12 @@ class Attempt:
     # -- pipelined (RFC 2920) ---------------------------------------------------
 
     async def _pipelined(
-        self, wire: Wire, options: list[str], encoding: str, *, may_retry: bool
+        self, wire: Wire, options: list[str], encoding: str, recipients: tuple[str, ...], *, may_retry: bool
     ) -> Outcome | None:
         msg, timeout = self.message, self.settings.command_timeout_seconds
         mail = b"MAIL FROM:<" + msg.sender.encode(encoding) + b">"
         lines = [b" ".join([mail, *(o.encode() for o in options)])]
-        lines += [b"RCPT TO:<" + r.encode(encoding) + b">" for r in msg.recipients]
+        lines += [b"RCPT TO:<" + r.encode(encoding) + b">" for r in recipients]
         lines.append(b"DATA\r\n")
         self.phase = f"MAIL <{msg.sender}>"
         try:
@@ -167,10 +238,10 @@ class Attempt:
         except WireError as exc:
             return None if exc.lost and may_retry else self._broken(str(exc))
         if reply.code != 250:
-            return await self._ended_early(wire, reply, [], due=len(msg.recipients) + 1)
+            return await self._ended_early(wire, reply, [], due=len(recipients) + 1)
 
-        refused: list[RefusedRecipient] = []
-        for n, recipient in enumerate(msg.recipients, 1):
+        refused = self._txn_refused
+        for n, recipient in enumerate(recipients, 1):
             self.phase = f"RCPT <{recipient}>"
             try:
                 reply = await wire.reply(timeout)
@@ -182,10 +253,10 @@ class Attempt:
                 return self._broken(f"{reply.code} {one_line(reply.text)}", refused)
             refused.append(RefusedRecipient(recipient, reply.code, one_line(reply.text)))
             if reply.code == 421 or wire.finished:
-                return await self._ended_early(wire, reply, refused, due=len(msg.recipients) - n + 1)
+                return await self._ended_early(wire, reply, refused, due=len(recipients) - n + 1)
 
         self.phase = "DATA"
-        everyone_refused = len(refused) == len(msg.recipients)
+        everyone_refused = len(refused) == len(recipients)
         try:
             reply = await wire.reply(timeout)
         except WireError as exc:
@@ -243,7 +314,7 @@ class Attempt:
     # -- one command at a time --------------------------------------------------
 
     async def _one_by_one(
-        self, smtp: SMTP, options: list[str], encoding: str, *, may_retry: bool
+        self, smtp: SMTP, options: list[str], encoding: str, recipients: tuple[str, ...], *, may_retry: bool
     ) -> Outcome | None:
         msg = self.message
         self.phase = f"MAIL <{msg.sender}>"
@@ -254,8 +325,8 @@ class Attempt:
         except LIBRARY_ERRORS as exc:
             return await self._failed(exc)
 
-        refused: list[RefusedRecipient] = []
-        for recipient in msg.recipients:
+        refused = self._txn_refused
+        for recipient in recipients:
             self.phase = f"RCPT <{recipient}>"
             try:
                 await smtp.rcpt(recipient, encoding=encoding)
@@ -266,7 +337,7 @@ class Attempt:
             except LIBRARY_ERRORS as exc:
                 return await self._failed(exc, refused)
 
-        if len(refused) == len(msg.recipients):
+        if len(refused) == len(recipients):
             return await self._refused(replies.all_refused(refused), reset=True)
 
         self.phase = "DATA"

@@ -2,16 +2,62 @@
 
 Both ways of sending (one command at a time, and pipelined) build their
 outcomes here, so that a reply means the same whichever way it came.
+
+Replies about our account, not the message (:func:`account_refusal`): the
+server wants authentication, or will not relay for us. They are
+
+* code 530 (RFC 4954 "authentication required") to MAIL, RCPT or DATA; or
+* a 4xx/5xx reply to MAIL or RCPT whose enhanced code, when there is one, is
+  of subject 7 (``x.7.y``, security or policy) and whose text says so:
+  relaying denied / not permitted / not allowed / prohibited / refused,
+  "unable to relay", "we do not relay", "authentication (is) required",
+  "must authenticate". A bare ``550 5.7.1`` without those words ("refused by
+  recipient's policy") stays the recipient's, and so does Postfix's ``550
+  5.1.1 ... User unknown in relay recipient table`` (subject 1, not 7).
+
+Such a refusal of MAIL, or of every recipient of a transaction, makes the
+outcome transient, not charged, with a pause of the transport
+(``pause_seconds``): no message of that transport can go out until the
+configuration changes. When another recipient of the same transaction was
+accepted, the server does take mail from us: the refusal is about that
+recipient (a relay that serves some domains only) and stays in ``refused``.
+
+Recipients refused with 452 (too many recipients, RFC 5321 section
+4.5.3.1.10) are sent in further transactions of the same attempt (see
+:mod:`.smtp_attempt`); :func:`follow_up` and :func:`with_refused` merge
+their results into the first accepted transaction's outcome.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from dataclasses import replace
 
 from ..delivery import Outcome, OutcomeKind, RefusedRecipient
+from . import AUTH_PAUSE_SECONDS
 
-__all__ = ["accepted", "all_refused", "ambiguous", "classify_reply", "one_line", "queue_id", "refusal"]
+__all__ = [
+    "TOO_MANY_RECIPIENTS",
+    "account_refusal",
+    "accepted",
+    "all_refused",
+    "ambiguous",
+    "classify_reply",
+    "follow_up",
+    "one_line",
+    "queue_id",
+    "refusal",
+    "with_refused",
+]
+
+TOO_MANY_RECIPIENTS = 452  # RCPT: send this recipient in another transaction
+_ACCOUNT_TEXT = re.compile(
+    r"\brelay(?:ing)?\b(?:\s+\w+){0,2}?\s+(?:denied|not\s+permitted|not\s+allowed|prohibited|refused)"
+    r"|\b(?:unable|not\s+allowed|not\s+permitted)\s+to\s+relay\b|\bdo(?:es)?\s+not\s+relay\b"
+    r"|\bauthentication\s+(?:is\s+)?required|\bmust\s+(?:first\s+)?authenticate",
+    re.IGNORECASE,
+)
 
 # RFC 3463 status code: class.subject.detail, class 2, 4 or 5.
 _ENHANCED_CODE = re.compile(r"[245]\.\d{1,3}\.\d{1,3}")
@@ -53,12 +99,50 @@ def queue_id(reply_text: str) -> str | None:
     return None
 
 
+def account_refusal(code: int, text: str, *, envelope: bool = True) -> bool:
+    """The reply refuses our account (authentication, relaying), not the message; see the module docstring.
+
+    ``envelope``: the reply answered MAIL or RCPT (else DATA: only 530 counts).
+    """
+    if code == 530:
+        return True
+    if not envelope or not 400 <= code < 600:
+        return False
+    enhanced = classify_reply(code, text)[1]
+    if enhanced is not None and enhanced.split(".")[1] != "7":
+        return False
+    return _ACCOUNT_TEXT.search(text) is not None
+
+
+def _account_refused(phase: str, code: int, text: str, refused: Iterable[RefusedRecipient]) -> Outcome:
+    return Outcome.transient(
+        f"{phase}: {code} {one_line(text)}: the server refuses mail from this account (authentication "
+        f"required or relaying denied: check smtp.username and smtp.password); transport paused for "
+        f"{AUTH_PAUSE_SECONDS:g} s",
+        reply_code=code,
+        enhanced_code=classify_reply(code, text)[1],
+        refused=tuple(refused),
+        charge_attempt=False,
+        pause_seconds=AUTH_PAUSE_SECONDS,
+    )
+
+
+def _describe(r: RefusedRecipient) -> str:
+    if r.unknown:
+        return f"<{r.address}>: may have been accepted ({r.message})"
+    if r.reply_code is None:
+        return f"<{r.address}>: not sent ({r.message})"
+    return f"RCPT <{r.address}>: {r.reply_code} {r.message}"
+
+
 def _refusals(refused: Iterable[RefusedRecipient], prefix: str) -> str:
-    return prefix + "; ".join(f"RCPT <{r.address}>: {r.reply_code} {r.message}" for r in refused)
+    return prefix + "; ".join(_describe(r) for r in refused)
 
 
 def refusal(phase: str, code: int, text: str, refused: Iterable[RefusedRecipient] = ()) -> Outcome:
     """A 4xx/5xx reply ended the transaction in ``phase``: not sent, by the reply code."""
+    if account_refusal(code, text, envelope=not phase.startswith("DATA")):
+        return _account_refused(phase, code, text, refused)
     kind, enhanced = classify_reply(code, text)
     return Outcome(
         kind,
@@ -70,7 +154,10 @@ def refusal(phase: str, code: int, text: str, refused: Iterable[RefusedRecipient
 
 
 def all_refused(refused: list[RefusedRecipient]) -> Outcome:
-    """Every recipient refused: transient when one refusal was, else permanent."""
+    """Every recipient refused: transient when one refusal was, else permanent (a pause when about our account)."""
+    for r in refused:
+        if r.reply_code is not None and account_refusal(r.reply_code, r.message):
+            return _account_refused(f"RCPT <{r.address}>", r.reply_code, r.message, refused)
     temporary = [r for r in refused if r.reply_code is not None and r.reply_code < 500]
     deciding = temporary[0] if temporary else refused[0]
     kind = OutcomeKind.TRANSIENT if temporary else OutcomeKind.PERMANENT
@@ -99,3 +186,26 @@ def ambiguous(description: str, refused: Iterable[RefusedRecipient] = ()) -> Out
     return Outcome.ambiguous(
         f"DATA: {description}; the server may have accepted the message", refused=tuple(refused)
     )
+
+
+def follow_up(recipients: Iterable[str], outcome: Outcome) -> tuple[list[str], list[RefusedRecipient]]:
+    """Which of a follow-up transaction's ``recipients`` got the message, and why the others did not.
+
+    Sent: all but its refused ones. Otherwise nobody: a recipient refused at
+    RCPT keeps that reply; the others take the transaction's reply code (a
+    refused MAIL or DATA), or None when it broke before the body went out, or
+    are ``unknown`` when the connection was lost after the body (ambiguous).
+    """
+    known = {r.address: r for r in outcome.refused}
+    if outcome.kind is OutcomeKind.SENT:
+        return [a for a in recipients if a not in known], list(outcome.refused)
+    why = outcome.error or outcome.kind.value
+    unknown = outcome.kind is OutcomeKind.AMBIGUOUS
+    code = None if unknown else outcome.reply_code
+    return [], [known.get(a) or RefusedRecipient(a, code, why, unknown=unknown) for a in recipients]
+
+
+def with_refused(first: Outcome, refused: list[RefusedRecipient]) -> Outcome:
+    """The first accepted transaction's outcome, with the refusals of the whole attempt."""
+    error = _refusals(refused, "some recipients refused: ") if refused else None
+    return replace(first, refused=tuple(refused), error=error)

@@ -488,8 +488,15 @@ async def test_unsolicited_reply_on_an_idle_connection_retires_it() -> None:
 
 
 async def test_quit_on_close_and_check() -> None:
-    async with scripted([]) as (server, t):
+    probe = [
+        Step(b"MAIL FROM:<postmaster@client.example.com>\r\n", b"250 2.1.0 Ok\r\n"),
+        Step(b"RCPT TO:<outbox-mailer-check@example.com>\r\n", b"250 2.1.5 Ok\r\n"),
+        Step(b"RSET\r\n", b"250 2.0.0 Ok\r\n"),
+    ]
+    async with scripted(probe) as (server, t):
         line = await t.check()
         assert line.startswith(f"127.0.0.1:{server.port} 220 scripted.example.com ESMTP")
+        assert line.endswith("probe MAIL/RCPT accepted)")
+        assert b"DATA" not in server.connections[0].received
         await anyio.sleep(0.05)
     assert server.connections[0].pending == b"QUIT\r\n"

@@ -377,7 +377,8 @@ async def test_check_returns_the_greeting(smtp_server: SmtpTestServer) -> None:
     line = await t.check()
     assert line.startswith(f"127.0.0.1:{smtp_server.port} 220 smtp.example.com ")
     assert "(ESMTP, tls=none, STARTTLS no" in line and "\n" not in line
-    assert smtp_server.verbs() == ["QUIT"]
+    assert smtp_server.verbs() == ["MAIL", "RCPT", "RSET", "QUIT"]  # the account probe; never DATA
+    assert smtp_server.messages == []
 
 
 async def test_check_on_a_closed_port_raises() -> None:

@@ -1,6 +1,7 @@
 """SMTP reply classification: reply code decides, enhanced code is parsed from the text.
 
-Also the reading of pipelined replies and the framing of the message body (smtp_wire).
+Also replies about our account (authentication, relaying), the merging of follow-up
+transactions' results (452 too many recipients), the reading of pipelined replies and the framing of the message body (smtp_wire).
 """
 
 from __future__ import annotations
@@ -11,9 +12,17 @@ import random
 import pytest
 from aiosmtplib.protocol import PERIOD_REGEX, normalize_message_line_endings
 
-from outbox_mailer.delivery import ComposedMessage, OutcomeKind
-from outbox_mailer.transports.smtp import _envelope_problem, classify_reply
-from outbox_mailer.transports.smtp_replies import queue_id
+from outbox_mailer.delivery import ComposedMessage, Outcome, OutcomeKind, RefusedRecipient
+from outbox_mailer.transports.smtp import _envelope_problem, classify_reply, probe_recipient
+from outbox_mailer.transports.smtp_replies import (
+    account_refusal,
+    accepted,
+    all_refused,
+    follow_up,
+    queue_id,
+    refusal,
+    with_refused,
+)
 from outbox_mailer.transports.smtp_wire import Reply, Wire, WireError, frame_body
 
 
@@ -239,3 +248,109 @@ def test_frame_body_matches_aiosmtplib_on_random_input() -> None:
         data = bytes(rng.choice(b".\r\na") for _ in range(rng.randrange(12)))
         expected = PERIOD_REGEX.sub(b"..", normalize_message_line_endings(data)) + b".\r\n"
         assert frame_body(data) == expected, data
+
+
+# -- replies about our account ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("code", "text", "envelope", "account"),
+    [
+        (530, "5.7.0 Authentication required", True, True),
+        (530, "5.7.57 SMTP; Client was not authenticated to send anonymous mail", True, True),
+        (530, "5.7.0 Authentication required", False, True),  # 530 anywhere, DATA too
+        (554, "5.7.1 <to@example.com>: Relay access denied", True, True),
+        (550, "5.7.1 Relaying denied", True, True),
+        (550, "relay not permitted", True, True),
+        (454, "4.7.1 <to@example.com>: Relay access denied", True, True),
+        (550, "5.7.54 SMTP; Unable to relay recipient in non-accepted domain", True, True),
+        (550, "we do not relay for example.org", True, True),
+        (550, "5.7.0 Authentication is required to send mail", True, True),
+        (553, "5.7.1 you must authenticate first", True, True),
+        (550, "5.7.1 Message refused by recipient's policy", True, False),
+        (550, "5.7.1 <x@example.com>: Recipient address rejected: Access denied", True, False),
+        (550, "5.1.1 <x@example.com>: Recipient address rejected: User unknown in relay recipient table",
+         True, False),  # subject 1: about the recipient
+        (550, "5.1.1 user unknown", True, False),
+        (550, "5.7.1 relay.example.com: sender denied", True, False),  # a host name is not "relay ... denied"
+        (554, "5.7.1 Relay access denied", False, False),  # after DATA: only 530 counts
+        (250, "2.1.5 relay access denied", True, False),
+    ],
+)  # fmt: skip
+def test_account_refusal(code: int, text: str, envelope: bool, account: bool) -> None:
+    assert account_refusal(code, text, envelope=envelope) is account
+
+
+def test_account_refusal_of_mail_pauses_uncharged() -> None:
+    outcome = refusal("MAIL <app@example.com>", 530, "5.7.0 Authentication required")
+    assert outcome.kind is OutcomeKind.TRANSIENT and not outcome.charge_attempt
+    assert outcome.pause_seconds == 300.0
+    assert (outcome.reply_code, outcome.enhanced_code) == (530, "5.7.0")
+    assert (outcome.error or "").startswith("MAIL <app@example.com>: 530 5.7.0 Authentication required: ")
+
+
+def test_every_recipient_refused_one_for_relaying_pauses() -> None:
+    refused = [RefusedRecipient("a@example.org", 450, "4.2.1 busy"),
+               RefusedRecipient("b@example.org", 554, "5.7.1 Relay access denied")]  # fmt: skip
+    outcome = all_refused(refused)
+    assert outcome.pause_seconds == 300.0 and not outcome.charge_attempt
+    assert outcome.reply_code == 554 and outcome.refused == tuple(refused)
+    plain = all_refused([RefusedRecipient("a@example.org", 550, "5.1.1 user unknown")])
+    assert plain.kind is OutcomeKind.PERMANENT and plain.pause_seconds is None and plain.charge_attempt
+
+
+@pytest.mark.parametrize(
+    ("sender", "recipient"),
+    [("app@example.com", "outbox-mailer-check@example.net"), ("app@EXAMPLE.COM", "outbox-mailer-check@example.net"),
+     ("postmaster@client.example.com", "outbox-mailer-check@example.com"),
+     ("noreply@shop.example", "outbox-mailer-check@example.com")],
+)  # fmt: skip
+def test_probe_recipient_is_never_at_the_senders_domain(sender: str, recipient: str) -> None:
+    assert probe_recipient(sender) == recipient
+
+
+# -- follow-up transactions (452 too many recipients) ----------------------------------
+
+
+FOLLOW = ("c@example.com", "d@example.com")
+
+
+def test_follow_up_sent_keeps_its_refusals() -> None:
+    refused = [RefusedRecipient("d@example.com", 452, "4.5.3 Too many recipients")]
+    assert follow_up(FOLLOW, accepted(250, "2.0.0 Ok", refused)) == (["c@example.com"], refused)
+
+
+def test_follow_up_broken_before_the_body_leaves_code_none() -> None:
+    outcome = Outcome.transient("RCPT <d@example.com>: Connection lost",
+                                refused=(RefusedRecipient("c@example.com", 550, "5.1.1 unknown"),))  # fmt: skip
+    assert follow_up(FOLLOW, outcome) == ([], [
+        RefusedRecipient("c@example.com", 550, "5.1.1 unknown"),
+        RefusedRecipient("d@example.com", None, "RCPT <d@example.com>: Connection lost")])
+
+
+def test_follow_up_lost_after_the_body_is_unknown() -> None:
+    outcome = Outcome.ambiguous("DATA: Connection lost; the server may have accepted the message")
+    _, refused = follow_up(FOLLOW, outcome)
+    assert [(r.address, r.reply_code, r.unknown, r.permanent) for r in refused] == [
+        ("c@example.com", None, True, False), ("d@example.com", None, True, False)]
+
+
+def test_follow_up_refused_at_data_takes_the_data_reply() -> None:
+    _, refused = follow_up(FOLLOW, refusal("DATA", 554, "5.6.0 rejected"))
+    assert [(r.reply_code, r.permanent) for r in refused] == [(554, True), (554, True)]
+
+
+def test_with_refused_lists_every_refusal_in_the_error() -> None:
+    first = accepted(250, "2.0.0 Ok: queued as AAA111", [])
+    refused = [RefusedRecipient("a@example.com", 450, "4.2.1 busy"),
+               RefusedRecipient("b@example.com", None, "RCPT <b@example.com>: Connection lost"),
+               RefusedRecipient("c@example.com", None, "DATA: timed out", unknown=True)]  # fmt: skip
+    outcome = with_refused(first, refused)
+    assert outcome.kind is OutcomeKind.SENT and outcome.provider_message_id == "2.0.0 Ok: queued as AAA111"
+    assert outcome.refused == tuple(refused)
+    assert outcome.error == (
+        "some recipients refused: RCPT <a@example.com>: 450 4.2.1 busy; "
+        "<b@example.com>: not sent (RCPT <b@example.com>: Connection lost); "
+        "<c@example.com>: may have been accepted (DATA: timed out)"
+    )
+    assert with_refused(first, []).error is None
