@@ -1,8 +1,10 @@
-"""The ``outbox-mailer`` command.
+"""The outbox-mailer command: the daemon and its operator commands.
 
 Exit codes: 0 ok · 1 not found / nothing done · 2 usage, configuration or bad
 input · 3 a dependency (database, mail server) is unreachable. ``--json``
-prints one JSON object per line.
+prints one JSON object per line. Every command except ``demo`` loads and
+validates the settings first (exit 2 naming the setting); arguments and the
+``enqueue --stdin`` object are parsed strictly by :mod:`outbox_mailer.cli_input`.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 import anyio
 
 from . import __version__, operations
+from .cli_input import UsageError, dedupe_key, int_in, parse_time, read_email, stdin_limit
 from .config import Settings, load_settings
 from .errors import (
     ConfigurationError,
@@ -32,15 +35,12 @@ from .errors import (
 )
 from .logs import LOG_FORMATS, configure_logging
 from .migrations import expected_schema_version, load_migrations
-from .operations import UsageError
 from .store import Store
 
 EXIT_OK, EXIT_NOTHING, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
-ENQUEUE_FIELDS = {
-    "dedupe_key", "from_address", "to_addresses", "cc_addresses", "bcc_addresses", "reply_to", "subject",
-    "text_body", "html_body", "headers", "attachments", "metadata", "transport", "priority", "scheduled_at",
-    "expires_at", "max_attempts",
-}
+DESCRIPTION = "outbox-mailer: the transactional-email outbox daemon and its operator commands."
+EPILOG = ("exit codes: 0 ok, 1 not found or nothing done, 2 usage or configuration error, "
+          "3 a dependency (database, mail server) is unreachable")
 STATUS_FIELDS = ("dedupe_key", "status", "attempts", "max_attempts", "transport", "scheduled_at", "sent_at",
                  "provider_message_id", "last_error", "created_at", "updated_at")
 
@@ -149,7 +149,7 @@ def _print_status(row: dict[str, Any], as_json: bool) -> None:
 
 
 def cmd_enqueue(args: argparse.Namespace, settings: Settings) -> int:
-    email = _email_from_stdin() if args.stdin else _email_from_flags(args)
+    email = _email_from_stdin(settings) if args.stdin else _email_from_flags(args)
     email.setdefault("dedupe_key", str(uuid.uuid4()))
 
     async def go(store: Store) -> int:
@@ -171,26 +171,9 @@ def cmd_enqueue(args: argparse.Namespace, settings: Settings) -> int:
     return anyio.run(with_store, settings, go)
 
 
-def _email_from_stdin() -> dict[str, Any]:
-    try:
-        data = json.load(sys.stdin)
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"stdin is not one JSON object: {exc}") from exc
-    if not isinstance(data, dict):
-        raise UsageError("stdin must hold one JSON object")
-    unknown = sorted(set(data) - ENQUEUE_FIELDS)
-    if unknown:
-        raise UsageError(f"unknown field(s) {', '.join(unknown)}; allowed: {', '.join(sorted(ENQUEUE_FIELDS))}")
-    for name in ("to_addresses", "cc_addresses", "bcc_addresses"):
-        if isinstance(data.get(name), str):
-            data[name] = [data[name]]
-    for name in ("subject", "to_addresses"):
-        if name not in data:
-            raise UsageError(f"field {name!r} is required")
-    for name in ("scheduled_at", "expires_at"):
-        if data.get(name) is not None:
-            data[name] = _parse_time(name, data[name])
-    return data
+def _email_from_stdin(settings: Settings) -> dict[str, Any]:
+    limit = stdin_limit(settings.max_message_bytes)
+    return read_email(sys.stdin.buffer.read(limit + 1), limit)
 
 
 def _email_from_flags(args: argparse.Namespace) -> dict[str, Any]:
@@ -209,21 +192,11 @@ def _email_from_flags(args: argparse.Namespace) -> dict[str, Any]:
         "bcc_addresses": args.bcc or [], "reply_to": args.reply_to, "subject": args.subject,
         "text_body": args.text, "html_body": args.html, "headers": headers, "transport": args.transport,
         "priority": args.priority,
-        "scheduled_at": _parse_time("--scheduled-at", args.scheduled_at) if args.scheduled_at else None,
+        "scheduled_at": parse_time("--scheduled-at", args.scheduled_at) if args.scheduled_at else None,
     }
-    if args.key:
+    if args.key is not None:  # an empty --key is refused by its type, never replaced by a random one
         email["dedupe_key"] = args.key
     return email
-
-
-def _parse_time(name: str, value: Any) -> datetime:
-    try:
-        parsed = datetime.fromisoformat(str(value))
-    except ValueError as exc:
-        raise UsageError(f"{name}: not an ISO 8601 time: {value!r}") from exc
-    if parsed.tzinfo is None:
-        raise UsageError(f"{name}: give a time zone, e.g. {value}+00:00")
-    return parsed
 
 
 def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
@@ -295,7 +268,7 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="outbox-mailer", description=__doc__.split("\n")[0].strip("`"))
+    parser = argparse.ArgumentParser(prog="outbox-mailer", description=DESCRIPTION, epilog=EPILOG)
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     parser.add_argument("--log-format", default="text", choices=list(LOG_FORMATS),
@@ -312,13 +285,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("status", help="status of emails by dedupe key")
-    p.add_argument("keys", nargs="+", metavar="KEY")
+    p.add_argument("keys", nargs="+", metavar="KEY", type=dedupe_key)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_status)
 
     p = sub.add_parser("enqueue", help="insert one email (flags, or --stdin with one JSON object)")
     p.add_argument("--stdin", action="store_true", help="read one JSON object with the table's column names")
-    p.add_argument("--key", help="dedupe key (default: a random UUID)")
+    p.add_argument("--key", type=dedupe_key, help="dedupe key, 1-255 characters (default: a random UUID)")
     p.add_argument("--from", dest="from_address")
     p.add_argument("--to", action="append")
     p.add_argument("--cc", action="append")
@@ -329,17 +302,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--html")
     p.add_argument("--header", action="append", metavar="NAME=VALUE")
     p.add_argument("--transport")
-    p.add_argument("--priority", type=int, default=0)
+    p.add_argument("--priority", type=int_in(-32_768, 32_767), default=0, help="higher first (default 0)")
     p.add_argument("--scheduled-at", metavar="ISO8601")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_enqueue)
 
     p = sub.add_parser("cancel", help="cancel a pending email")
-    p.add_argument("key", metavar="KEY")
+    p.add_argument("key", metavar="KEY", type=dedupe_key)
     p.set_defaults(func=cmd_cancel)
 
     p = sub.add_parser("resolve", help="settle an in_doubt email after checking what the recipient got")
-    p.add_argument("key", metavar="KEY")
+    p.add_argument("key", metavar="KEY", type=dedupe_key)
     outcome = p.add_mutually_exclusive_group(required=True)
     outcome.add_argument("--sent", action="store_true", help="it was delivered: mark it sent")
     outcome.add_argument("--failed", action="store_true", help="it was not delivered and must not be: mark it failed")

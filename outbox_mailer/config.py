@@ -1,7 +1,12 @@
 """Settings, read from the environment (prefix ``OUTBOX_MAILER_``, nesting ``__``).
 
-Every default is documented next to its field; the README's settings table
-mirrors this file. Secrets are ``SecretStr`` and can come from files in a
+Every default and every numeric range is documented next to its field; the
+README's settings table mirrors this file. Every number is finite (``inf`` and
+``nan`` are refused) and bounded, so a setting that would overflow a timer or a
+timestamp at run time fails at start-up instead, naming the variable.
+``default_from`` is parsed by the same function as a row's ``from_address``;
+``smtp.helo_name`` must be a host name or an address literal; ``database_url``
+must be a ``postgresql://`` (or ``postgres://``) URL. Secrets are ``SecretStr`` and can come from files in a
 secrets directory (``OUTBOX_MAILER_SECRETS_DIR`` or systemd's
 ``$CREDENTIALS_DIRECTORY``): a file named ``smtp__password`` holds
 ``OUTBOX_MAILER_SMTP__PASSWORD``.
@@ -14,6 +19,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
+    ConfigDict,
     Field,
     SecretStr,
     ValidationError,
@@ -25,15 +31,28 @@ from pydantic_settings import (
     NestedSecretsSettingsSource,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
+    SettingsError,
 )
 
-from .errors import ConfigurationError
+from .addresses import parse_address
+from .config_checks import check_database_url, check_helo_name, source_error
+from .errors import CompositionError, ConfigurationError
 
 ENV_PREFIX = "OUTBOX_MAILER_"
 TLS_DEFAULT_PORTS = {"none": 25, "starttls": 587, "implicit": 465}
 
+# Upper bounds of the numeric settings: generous for any real deployment, small
+# enough that no timer, sleep or timestamp computed from them can overflow.
+HOUR, DAY, WEEK = 3600.0, 86_400.0, 604_800.0
+MIN_RATE, MAX_RATE = 0.001, 100_000  # requests per second (one per ~17 min .. 100k/s)
+MAX_RETENTION_DAYS = 3650.0  # ten years
+MAX_MESSAGE_BYTES = 256 * 1024 * 1024
+FINITE = ConfigDict(allow_inf_nan=False)  # "inf", "nan" are refused by every float field
+
 
 class SmtpSettings(BaseModel):
+    model_config = FINITE
+
     host: str = "localhost"  # mail server (MTA, relay or provider's SMTP endpoint)
     port: int | None = Field(default=None, ge=1, le=65535)  # None: 25 / 587 / 465 by tls
     tls: Literal["none", "starttls", "implicit"] = "starttls"  # starttls is required, not opportunistic
@@ -43,15 +62,20 @@ class SmtpSettings(BaseModel):
     validate_certs: bool = True
     ca_file: str | None = None  # extra CA bundle (PEM) for private relays
     helo_name: str | None = None  # None: the local host name
-    pool_size: int = Field(default=4, ge=1, le=256)  # persistent connections
-    connect_timeout_seconds: float = Field(default=10.0, gt=0)  # TCP connect and greeting
-    command_timeout_seconds: float = Field(default=20.0, gt=0)  # each EHLO/MAIL/RCPT/... reply
-    data_timeout_seconds: float = Field(default=45.0, gt=0)  # reply after the message body
-    send_timeout_seconds: float = Field(default=60.0, gt=0)  # hard cap on one whole send, connecting included
+    pool_size: int = Field(default=4, ge=1, le=256)  # persistent connections; 1-256
+    connect_timeout_seconds: float = Field(default=10.0, gt=0, le=HOUR)  # TCP connect and greeting; at most 1 h
+    command_timeout_seconds: float = Field(default=20.0, gt=0, le=HOUR)  # each EHLO/MAIL/RCPT/... reply; at most 1 h
+    data_timeout_seconds: float = Field(default=45.0, gt=0, le=HOUR)  # reply after the message body; at most 1 h
+    send_timeout_seconds: float = Field(default=60.0, gt=0, le=HOUR)  # hard cap on one whole send, connecting included; at most 1 h
     idempotency_header: str | None = None  # e.g. Resend-Idempotency-Key: relays that de-duplicate by a header
-    idempotency_window_seconds: float = Field(default=86_400.0, gt=0)  # how long the relay remembers a key
-    rate_per_second: float | None = Field(default=None, gt=0)  # None: no rate limit
-    burst: int = Field(default=1, ge=1)  # sends allowed at once above the rate
+    idempotency_window_seconds: float = Field(default=86_400.0, gt=0, le=30 * DAY)  # how long the relay remembers a key; at most 30 days
+    rate_per_second: float | None = Field(default=None, ge=MIN_RATE, le=MAX_RATE)  # None: no rate limit; 0.001-100000
+    burst: int = Field(default=1, ge=1, le=MAX_RATE)  # sends allowed at once above the rate; 1-100000
+
+    @field_validator("helo_name")
+    @classmethod
+    def _helo_name(cls, value: str | None) -> str | None:
+        return value if value is None else check_helo_name(value)
 
     @property
     def max_parallel(self) -> int:
@@ -103,15 +127,17 @@ API_DEFAULT_BASE_URLS = {
 class ApiTransportSettings(BaseModel):
     """A provider HTTP API (``resend``, ``postmark``, ``sendgrid``) or an in-house one (``http``)."""
 
+    model_config = FINITE
+
     kind: Literal["resend", "postmark", "sendgrid", "http"]
     api_key: SecretStr | None = None  # provider key; for kind=http an optional bearer token
     base_url: str | None = None  # None: the provider's public API
     url: str | None = None  # kind=http: where to POST each email
     signing_secret: SecretStr | None = None  # kind=http: HMAC-SHA256 signature of "timestamp.body"
-    timeout_seconds: float = Field(default=30.0, gt=0)  # whole request
-    max_parallel: int = Field(default=4, ge=1, le=256)  # requests in flight
-    rate_per_second: float | None = Field(default=None, gt=0)  # None: Resend 2/s, others unlimited
-    burst: int = Field(default=1, ge=1)
+    timeout_seconds: float = Field(default=30.0, gt=0, le=HOUR)  # whole request; at most 1 h
+    max_parallel: int = Field(default=4, ge=1, le=256)  # requests in flight; 1-256
+    rate_per_second: float | None = Field(default=None, ge=MIN_RATE, le=MAX_RATE)  # None: Resend 2/s, others unlimited; 0.001-100000
+    burst: int = Field(default=1, ge=1, le=MAX_RATE)  # 1-100000
 
     @property
     def send_timeout_seconds(self) -> float:
@@ -145,8 +171,10 @@ TransportSettings = Annotated[SmtpTransportSettings | ApiTransportSettings, Fiel
 
 
 class RetrySettings(BaseModel):
-    base_seconds: float = Field(default=30.0, gt=0)  # first retry within [0, base]
-    max_seconds: float = Field(default=3600.0, gt=0)  # cap of one backoff delay
+    model_config = FINITE
+
+    base_seconds: float = Field(default=30.0, gt=0, le=DAY)  # first retry within [0, base]; at most 1 day
+    max_seconds: float = Field(default=3600.0, gt=0, le=WEEK)  # cap of one backoff delay; at most 7 days
 
     @model_validator(mode="after")
     def _base_le_max(self) -> RetrySettings:
@@ -156,10 +184,12 @@ class RetrySettings(BaseModel):
 
 
 class PruneSettings(BaseModel):
-    scrub_after_days: float = Field(default=30.0, gt=0)  # final rows: remove bodies, attachments, headers
-    delete_after_days: float = Field(default=365.0, gt=0)  # final rows: delete, with their attempts
-    batch_size: int = Field(default=1000, ge=1, le=100_000)  # rows per short transaction
-    interval_seconds: float | None = Field(default=None, gt=0)  # the daemon prunes this often; None: never
+    model_config = FINITE
+
+    scrub_after_days: float = Field(default=30.0, gt=0, le=MAX_RETENTION_DAYS)  # final rows: remove bodies, attachments, headers; at most 10 years
+    delete_after_days: float = Field(default=365.0, gt=0, le=MAX_RETENTION_DAYS)  # final rows: delete, with their attempts; at most 10 years
+    batch_size: int = Field(default=1000, ge=1, le=100_000)  # rows per short transaction; 1-100000
+    interval_seconds: float | None = Field(default=None, gt=0, le=WEEK)  # the daemon prunes this often; None: never; at most 7 days
 
     @model_validator(mode="after")
     def _scrub_before_delete(self) -> PruneSettings:
@@ -176,6 +206,7 @@ class Settings(BaseSettings):
         env_file_encoding="utf-8",
         extra="ignore",
         case_sensitive=False,
+        allow_inf_nan=False,
     )
 
     database_url: SecretStr | None = None  # postgresql://user:pass@host/db (session-capable)
@@ -185,21 +216,39 @@ class Settings(BaseSettings):
     default_transport: str = "smtp"  # for rows whose transport is null
     retry: RetrySettings = RetrySettings()
     prune: PruneSettings = PruneSettings()
-    max_attempts: int = Field(default=8, ge=1, le=1000)  # when a row's max_attempts is null
-    concurrency: int = Field(default=8, ge=1, le=10_000)  # sends in flight per daemon
-    batch_size: int = Field(default=100, ge=1, le=10_000)  # rows per claim
-    poll_interval_seconds: float = Field(default=5.0, gt=0)  # fallback when NOTIFY is missed
-    shutdown_grace_seconds: float = Field(default=30.0, ge=0)  # finish in-flight sends on SIGTERM
+    max_attempts: int = Field(default=8, ge=1, le=1000)  # when a row's max_attempts is null; 1-1000
+    concurrency: int = Field(default=8, ge=1, le=10_000)  # sends in flight per daemon; 1-10000
+    batch_size: int = Field(default=100, ge=1, le=10_000)  # rows per claim; 1-10000
+    poll_interval_seconds: float = Field(default=5.0, gt=0, le=HOUR)  # fallback when NOTIFY is missed; at most 1 h
+    shutdown_grace_seconds: float = Field(default=30.0, ge=0, le=HOUR)  # finish in-flight sends on SIGTERM; 0-1 h
     in_doubt: Literal["resend", "hold"] = "resend"  # ambiguous outcome: resend or hold for an operator
-    rescue_after_seconds: float | None = Field(default=None, gt=0)  # None: smtp.send_timeout_seconds + 15
-    rescue_interval_seconds: float = Field(default=15.0, gt=0)  # how often dead claims are looked for
-    pause_base_seconds: float = Field(default=1.0, gt=0)  # first pause of an unreachable transport
-    pause_max_seconds: float = Field(default=30.0, gt=0)  # longest pause; doubles up to this while unreachable
-    max_message_bytes: int = Field(default=10 * 1024 * 1024, ge=1024)  # composed size limit
+    rescue_after_seconds: float | None = Field(default=None, gt=0, le=DAY)  # None: smtp.send_timeout_seconds + 15; at most 1 day
+    rescue_interval_seconds: float = Field(default=15.0, gt=0, le=HOUR)  # how often dead claims are looked for; at most 1 h
+    pause_base_seconds: float = Field(default=1.0, gt=0, le=HOUR)  # first pause of an unreachable transport; at most 1 h
+    pause_max_seconds: float = Field(default=30.0, gt=0, le=DAY)  # longest pause; doubles up to this while unreachable; at most 1 day
+    max_message_bytes: int = Field(default=10 * 1024 * 1024, ge=1024, le=MAX_MESSAGE_BYTES)  # composed size limit; 1 KiB-256 MiB
     message_id_secret: SecretStr | None = None  # HMAC key for Message-IDs; keep it stable
     worker_name: str | None = None  # recorded with each attempt; None: host:pid
     metrics_address: str | None = None  # "host:port" for /metrics, /healthz, /readyz; None: no endpoint
     debug_wedge_file: str | None = None  # tests only: while this file exists the claim loop stops (watchdog test)
+
+    @field_validator("database_url")
+    @classmethod
+    def _database_url(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            check_database_url(value.get_secret_value())
+        return value
+
+    @field_validator("default_from")
+    @classmethod
+    def _default_from(cls, value: str | None) -> str | None:
+        # the rule of a row's from_address, by the same function (compose.py's _sender)
+        if value is not None:
+            try:
+                parse_address(value, "default_from")
+            except CompositionError as exc:
+                raise ValueError(f"{value!r} is not a valid sender address: {exc.reason}") from None
+        return value
 
     @field_validator("metrics_address")
     @classmethod
@@ -313,12 +362,15 @@ def load_settings(**overrides: Any) -> Settings:
         kwargs["_secrets_dir"] = secrets_dir
     try:
         return Settings(**kwargs)
+    except (UnicodeDecodeError, SettingsError) as exc:  # a value that could not even be read
+        raise source_error(exc, secrets_dir) from None
     except ValidationError as exc:
         lines = []
         first_setting = None
         for err in exc.errors():
             name = _setting_name(tuple(err.get("loc", ())))
             first_setting = first_setting or name
-            msg = err.get("msg", "invalid")
+            msg = err.get("msg", "invalid").removeprefix("Value error, ")
             lines.append(f"{name}: {msg}")
         raise ConfigurationError("invalid configuration: " + "; ".join(lines), setting=first_setting) from exc
+

@@ -8,7 +8,6 @@ object per line).
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 import time
 from collections.abc import Callable
@@ -16,8 +15,9 @@ from typing import Any
 
 import anyio
 
+from .cli_input import UsageError, dedupe_key, duration, int_in, seconds_in
 from .config import Settings
-from .errors import OutboxMailerError
+from .errors import NotFound
 from .grants import grant_statements
 from .retention import prune
 from .store import Store
@@ -25,20 +25,18 @@ from .store import Store
 EXIT_OK, EXIT_NOTHING, EXIT_USAGE = 0, 1, 2
 STATUSES = ("pending", "sending", "sent", "failed", "cancelled", "in_doubt")
 RETRYABLE = ("failed", "cancelled", "in_doubt")
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
-_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
+MAX_LIST_LIMIT = 100_000
+MAX_ATTEMPTS = 1000  # like OUTBOX_MAILER_MAX_ATTEMPTS
+RETRY_HELP = """\
+Put failed, cancelled or in_doubt emails back to pending, due now.
 
-
-class UsageError(OutboxMailerError):
-    """Bad command-line input (exit 2)."""
-
-
-def duration(text: str) -> float:
-    """'90s', '15m', '1h', '7d', '2w' -> seconds."""
-    match = _DURATION.match(text.strip())
-    if not match:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a duration like 90s, 15m, 1h, 7d")
-    return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+How many new tries: retry KEY gives the email as many new tries as its own
+max_attempts column says (the configured OUTBOX_MAILER_MAX_ATTEMPTS when that
+column is null), so an email enqueued with max_attempts = 1 gets one more try,
+not eight; a bulk retry (--status ... --since ...) does the same for each email.
+--attempts N overrides both. The row's max_attempts becomes attempts made so
+far + the new tries (so a second retry of that email gives it two).
+"""
 
 
 def _run(settings: Settings, action: Callable[[Store], Any]) -> int:
@@ -88,8 +86,14 @@ def cmd_retry(args: argparse.Namespace, settings: Settings) -> int:
         raise UsageError("retry takes a KEY, or --status STATUS --since DURATION for many")
     if args.key is not None:
         async def one(store: Store) -> int:
-            await store.retry(args.key, settings.max_attempts)
-            print(f"requeued {args.key}")
+            tries = args.attempts
+            if tries is None:  # the row's own limit, else the configured default
+                rows = await store.status([args.key])
+                if not rows:
+                    raise NotFound(args.key)
+                tries = rows[0]["max_attempts"] or settings.max_attempts
+            await store.retry(args.key, tries)
+            print(f"requeued {args.key} ({tries} new {'try' if tries == 1 else 'tries'})")
             return EXIT_OK
 
         return _run(settings, one)
@@ -104,7 +108,7 @@ def cmd_retry(args: argparse.Namespace, settings: Settings) -> int:
         if not args.yes and not _confirm(f"requeue {count} {args.status} emails?"):
             print("nothing requeued", file=sys.stderr)
             return EXIT_NOTHING
-        done = await store.retry_bulk(args.status, args.since, settings.max_attempts)
+        done = await store.retry_bulk(args.status, args.since, args.attempts, settings.max_attempts)
         if args.json:
             _emit({"status": args.status, "requeued": done})
         else:
@@ -199,14 +203,18 @@ def register(sub: Any) -> None:
     p = sub.add_parser("list", help="emails by status, changed recently")
     p.add_argument("--status", action="append", choices=STATUSES, required=True)
     p.add_argument("--since", type=duration, default=duration("1d"), help="e.g. 15m, 1h, 7d (default 1d)")
-    p.add_argument("--limit", type=int, default=100)
+    p.add_argument("--limit", type=int_in(1, MAX_LIST_LIMIT), default=100,
+                   help=f"at most this many rows, 1 to {MAX_LIST_LIMIT} (default 100)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_list)
 
-    p = sub.add_parser("retry", help="put failed, cancelled or in_doubt emails back to pending now")
-    p.add_argument("key", nargs="?", metavar="KEY")
+    p = sub.add_parser("retry", help="put failed, cancelled or in_doubt emails back to pending now",
+                       description=RETRY_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("key", nargs="?", metavar="KEY", type=dedupe_key)
     p.add_argument("--status", choices=RETRYABLE, help="requeue every email with this status ...")
     p.add_argument("--since", type=duration, help="... changed within this window, e.g. 1h")
+    p.add_argument("--attempts", type=int_in(1, MAX_ATTEMPTS), metavar="N",
+                   help="new tries per email (default: its own max_attempts, else OUTBOX_MAILER_MAX_ATTEMPTS)")
     p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_retry)
@@ -214,7 +222,8 @@ def register(sub: Any) -> None:
     p = sub.add_parser("stats", help="counts per status, due now, age of the oldest due row")
     p.add_argument("--json", action="store_true")
     p.add_argument("--watch", action="store_true", help="refresh in place until Ctrl-C")
-    p.add_argument("--interval", type=float, default=2.0, help="seconds between refreshes (default 2)")
+    p.add_argument("--interval", type=seconds_in(0.1, 3600), default=2.0,
+                   help="seconds between refreshes, 0.1 to 3600 (default 2)")
     p.set_defaults(func=cmd_stats)
 
     p = sub.add_parser("prune", help="scrub old final emails' content, delete older ones (retention)")

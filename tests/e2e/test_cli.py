@@ -106,7 +106,7 @@ def test_enqueue_from_flags_and_stdin_then_cancel_and_retry(installed: Installed
         (["enqueue", "--stdin"], '{"to_addresses": ["a@example.com"], "subject": "s"}', "email_deliveries_has_body"),
         (["enqueue", "--to", "a@example.com"], None, "--subject"),
         (["enqueue", "--stdin"], '{"dedupe_key": "a\\nb", "to_addresses": ["a@example.com"], "subject": "s", '
-                                 '"text_body": "b"}', "email_deliveries_dedupe_key_valid"),
+                                 '"text_body": "b"}', "dedupe_key: dedupe key 'a\\nb' contains the control character"),
         (["nonsense"], None, "invalid choice"),
     ],
 )

@@ -1,0 +1,98 @@
+"""Checks of single setting values, and the translation of errors raised while reading settings.
+
+Used by :mod:`outbox_mailer.config`: the EHLO name and database URL rules
+(see there), and :func:`source_error`, which turns what pydantic-settings
+raises before validation (a nested setting that is not JSON, a ``.env`` or
+secret file that is not UTF-8) into one ConfigurationError naming the
+variable or the file.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from .errors import ConfigurationError
+
+# RFC 5321 EHLO argument: a Domain (LDH labels of at most 63 characters, no
+# trailing dot, ASCII: punycode for IDN) or an address literal ([192.0.2.1],
+# [IPv6:2001:db8::1]).
+_LDH_LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?", re.ASCII)
+
+
+def check_helo_name(value: str) -> str:
+    """``value`` when it is a host name or an address literal; ValueError otherwise."""
+    if value.startswith("[") and value.endswith("]"):
+        inner = value[1:-1]
+        try:
+            if inner[:5].lower() == "ipv6:":
+                ipaddress.IPv6Address(inner[5:])
+            else:
+                ipaddress.IPv4Address(inner)
+        except ValueError:
+            raise ValueError(f"{value!r} is not an address literal like [192.0.2.1] or [IPv6:2001:db8::1]") from None
+        return value
+    if not value or len(value) > 253 or not all(_LDH_LABEL.fullmatch(label) for label in value.split(".")):
+        raise ValueError(
+            f"{value!r} is not a host name (letters, digits and '-' in dot-separated labels; punycode for "
+            "non-ASCII names) or an address literal like [192.0.2.1]"
+        )
+    return value
+
+
+def check_database_url(value: str) -> None:
+    """ValueError unless ``value`` looks like a PostgreSQL URL; never repeats the value (it holds a password)."""
+    scheme, sep, _ = value.partition("://")
+    if not sep or scheme.lower() not in ("postgresql", "postgres"):
+        raise ValueError("expected a URL like postgresql://user:password@host:5432/dbname "
+                         "(scheme postgresql:// or postgres://)")
+    if any(c.isspace() or not c.isprintable() for c in value):
+        raise ValueError("the URL contains white space or control characters (percent-encode them, e.g. %20)")
+    try:
+        urlsplit(value)
+    except ValueError as exc:
+        raise ValueError(f"not a valid URL: {exc}") from None
+
+
+def undecodable_file(secrets_dir: str | None) -> str | None:
+    """The settings file (.env or a secret file) that is not UTF-8, if any."""
+    candidates = [Path(".env")]
+    if secrets_dir:
+        candidates += sorted(p for p in Path(secrets_dir).iterdir() if p.is_file())
+    for path in candidates:
+        try:
+            path.read_bytes().decode("utf-8")
+        except UnicodeDecodeError:
+            return str(path)
+        except OSError:
+            continue
+    return None
+
+
+_SOURCE_FIELD = re.compile(r'field "([^"]+)" from source "([^"]+)"')
+
+
+def source_error(exc: Exception, secrets_dir: str | None) -> ConfigurationError:
+    """One clear line for a value pydantic-settings could not even read (bad JSON, undecodable file)."""
+    cause: BaseException | None = exc
+    while cause is not None and not isinstance(cause, UnicodeDecodeError):
+        cause = cause.__cause__ or cause.__context__
+    if isinstance(cause, UnicodeDecodeError):
+        culprit = undecodable_file(secrets_dir)
+        return ConfigurationError(f"{culprit or 'a settings file'} is not valid UTF-8 ({cause.reason} at byte "
+                                  f"{cause.start})", setting=culprit)
+    match = _SOURCE_FIELD.search(str(exc))
+    if match is None:
+        return ConfigurationError(f"invalid configuration: {exc}")
+    name = "OUTBOX_MAILER_" + match.group(1).upper()
+    where = {"DotEnvSettingsSource": " (in .env)"}.get(match.group(2), "")
+    if "Secrets" in match.group(2):
+        where = f" (a file in {secrets_dir})"
+    if not str(exc).startswith("error parsing value"):
+        reason = exc.__cause__ or exc
+        return ConfigurationError(f"invalid configuration: {name}{where}: cannot be read: {reason}", setting=name)
+    return ConfigurationError(
+        f"invalid configuration: {name}{where}: not valid JSON; a nested setting given as one variable must be "
+        f"a JSON object (or set its parts one by one: {name}__<FIELD>)", setting=name)
