@@ -185,7 +185,7 @@ def compose(
     )
     composed = ComposedMessage(
         sender=sender.addr_spec,
-        recipients=_envelope_recipients((*to, *cc, *bcc)),
+        recipients=_envelope_recipients((*to, *cc, *bcc), delivery.retry_recipients),
         message_id=message_id,
         data=data,
         fields=fields,
@@ -311,7 +311,11 @@ def _decoded_base64(text: str, field: str) -> bytes:
         ) from exc
 
 
-def _envelope_recipients(addresses: tuple[ParsedAddress, ...]) -> tuple[str, ...]:
+def _envelope_recipients(
+    addresses: tuple[ParsedAddress, ...], only: tuple[str, ...] | None = None
+) -> tuple[str, ...]:
+    """Envelope recipients, deduplicated; ``only``: the ones an earlier attempt did not reach
+    (the headers still name everyone: it is the same message)."""
     seen: set[str] = set()
     recipients = []
     for address in addresses:
@@ -319,7 +323,13 @@ def _envelope_recipients(addresses: tuple[ParsedAddress, ...]) -> tuple[str, ...
         if key not in seen:
             seen.add(key)
             recipients.append(address.addr_spec)
-    return tuple(recipients)
+    if only is None:
+        return tuple(recipients)
+    wanted = {a.lower() for a in only}
+    remaining = tuple(r for r in recipients if r.lower() in wanted)
+    if not remaining:
+        raise CompositionError("retry_recipients", "none of the recipients still owed is among the row's addresses")
+    return remaining
 
 
 # -- rendering the top-level headers -----------------------------------------

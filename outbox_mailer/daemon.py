@@ -290,7 +290,8 @@ class Daemon:
             try:
                 session = await self._db.claim_session()
                 batch = await session.claim_due(want, self.worker, paused=self._paused(),
-                                                default_transport=self.default_transport)
+                                                default_transport=self.default_transport,
+                                                max_content_bytes=self.settings.max_message_bytes)
                 await self._db.ensure_listening()
             except DatabaseError as exc:
                 if not self._stopping.is_set():
@@ -305,7 +306,10 @@ class Daemon:
                 self._sending += 1
                 name = delivery.transport or self.default_transport
                 gate = self.gates.get(name)
-                if gate is not None:
+                if delivery.defect is not None:  # failed alone, without a network call
+                    self._finish(delivery, name, self.clock(), Outcome.permanent(
+                        f"cannot send this row as stored: {delivery.defect}", charge_attempt=False))
+                elif gate is not None:
                     gate.submit(delivery)
                 else:
                     known = ", ".join(sorted(self.transports)) or "none"
@@ -392,6 +396,7 @@ class Daemon:
             error=outcome.error if outcome.kind is not OutcomeKind.SENT else transition.last_error,
             transport=transport_name,
             worker=self.worker,
+            refused=outcome.refused,
         )
         # the inbox is unbounded (at most one outcome per row in flight): send_nowait never waits,
         # so nothing can cancel the hand-over between the send and the recorder
@@ -450,7 +455,7 @@ class Daemon:
         """Settle claims of dead processes by the ambiguous-outcome policy; returns how many."""
         session = await self._db.claim_session()
         dead = await session.find_dead_claims(self.settings.effective_rescue_after_seconds, RESCUE_BATCH,
-                                              own=list(self._held))
+                                              own=list(self._held), max_content_bytes=self.settings.max_message_bytes)
         writes = []
         now = self.clock()
         for delivery, claimed_at, claimed_by in dead:

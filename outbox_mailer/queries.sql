@@ -9,7 +9,7 @@
 -- make one wait for the other, never let two daemons hold one key.
 
 -- name: claim_due
--- First release this session's advisory locks of keys $6 (outcomes committed earlier; a key held twice appears twice), then claim up to $1 due rows for worker $3 with claim token $2, taking the per-key advisory lock of each; rows whose transport (null = $5) is in $4 (paused) are left alone.
+-- First release this session's advisory locks of keys $6 (outcomes committed earlier; a key held twice appears twice), then claim up to $1 due rows for worker $3 with claim token $2, taking the per-key advisory lock of each; rows whose transport (null = $5) is in $4 (paused) are left alone. The content of a row larger than $7 bytes is not returned (the daemon fails it unread); timestamps come as epoch seconds and JSON as text, so that no value can break the decoding of the whole batch.
 WITH released AS (
     -- referenced below as a one-time filter, so it runs once, before any row is locked
     SELECT count(*) FILTER (WHERE pg_advisory_unlock(hashtextextended('outbox-mailer:' || k, 0))) AS n
@@ -26,16 +26,35 @@ WITH released AS (
 ), locked AS (
     SELECT id FROM candidates
     WHERE pg_try_advisory_lock(hashtextextended('outbox-mailer:' || dedupe_key, 0))
+), claimed AS (
+    UPDATE email_deliveries d
+    SET status = 'sending', claim_token = $2, claimed_at = now(), claimed_by = $3,
+        attempts = d.attempts + 1, first_attempt_at = coalesce(d.first_attempt_at, now()), updated_at = now()
+    FROM locked
+    WHERE d.id = locked.id
+    RETURNING d.*
 )
-UPDATE email_deliveries d
-SET status = 'sending', claim_token = $2, claimed_at = now(), claimed_by = $3,
-    attempts = d.attempts + 1, first_attempt_at = coalesce(d.first_attempt_at, now()), updated_at = now()
-FROM locked
-WHERE d.id = locked.id
-RETURNING d.id, d.dedupe_key, d.claim_token, d.attempts, d.max_attempts, d.from_address,
-          d.to_addresses, d.cc_addresses, d.bcc_addresses, d.reply_to, d.subject, d.text_body,
-          d.html_body, d.headers, d.attachments, d.metadata, d.transport, d.priority,
-          d.scheduled_at, d.expires_at, d.created_at, d.first_attempt_at;
+SELECT d.id, d.dedupe_key, d.claim_token, d.attempts, d.max_attempts, d.transport, d.priority,
+       extract(epoch FROM d.scheduled_at)::float8 AS scheduled_at,
+       extract(epoch FROM d.expires_at)::float8 AS expires_at,
+       extract(epoch FROM d.created_at)::float8 AS created_at,
+       extract(epoch FROM d.first_attempt_at)::float8 AS first_attempt_at,
+       s.content_bytes, d.retry_recipients,
+       CASE WHEN s.fits THEN d.from_address END AS from_address,
+       CASE WHEN s.fits THEN d.to_addresses END AS to_addresses,
+       CASE WHEN s.fits THEN d.cc_addresses END AS cc_addresses,
+       CASE WHEN s.fits THEN d.bcc_addresses END AS bcc_addresses,
+       CASE WHEN s.fits THEN d.reply_to END AS reply_to,
+       CASE WHEN s.fits THEN d.subject END AS subject,
+       CASE WHEN s.fits THEN d.text_body END AS text_body,
+       CASE WHEN s.fits THEN d.html_body END AS html_body,
+       CASE WHEN s.fits THEN d.headers::text END AS headers,
+       CASE WHEN s.fits THEN d.attachments::text END AS attachments,
+       CASE WHEN s.fits THEN d.metadata::text END AS metadata
+FROM claimed d,
+     LATERAL (SELECT coalesce(d.content_bytes, octet_length(d.subject) + coalesce(octet_length(d.text_body), 0)
+                  + coalesce(octet_length(d.html_body), 0) + octet_length(d.attachments::text)) AS content_bytes) b,
+     LATERAL (SELECT b.content_bytes, b.content_bytes <= $7 AS fits) s;
 
 -- name: release_locks
 -- Release this session's advisory locks of the given dedupe keys (after their outcome committed).
@@ -49,12 +68,13 @@ FROM unnest($1::text[]) AS k
 WHERE NOT pg_try_advisory_lock(hashtextextended('outbox-mailer:' || k, 0));
 
 -- name: record_outcomes
--- Apply decided transitions, fenced on (id, status = 'sending', claim_token); write every attempt. Returns the ids updated.
+-- Apply decided transitions, fenced on (id, status = 'sending', claim_token); write every attempt. Returns the ids updated. Recipient lists travel as JSON text (null: none), one per row: asyncpg would take nested lists for a multi-dimensional array.
 WITH decided AS (
     SELECT *
     FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::timestamptz[], $5::text[], $6::text[],
-                $7::timestamptz[], $8::integer[])
-         AS o(id, claim_token, status, scheduled_at, last_error, provider_message_id, sent_at, refund)
+                $7::timestamptz[], $8::integer[], $19::text[], $20::text[])
+         AS o(id, claim_token, status, scheduled_at, last_error, provider_message_id, sent_at, refund,
+              retry_recipients, refused_recipients)
 ), updated AS (
     UPDATE email_deliveries d
     SET status = o.status,
@@ -63,6 +83,11 @@ WITH decided AS (
         provider_message_id = coalesce(o.provider_message_id, d.provider_message_id),
         sent_at = o.sent_at,
         attempts = d.attempts - o.refund,
+        retry_recipients = CASE WHEN o.retry_recipients IS NOT NULL
+                                THEN ARRAY(SELECT jsonb_array_elements_text(o.retry_recipients::jsonb)) END,
+        refused_recipients = CASE WHEN o.refused_recipients IS NULL THEN d.refused_recipients
+                                  ELSE d.refused_recipients
+                                       || ARRAY(SELECT jsonb_array_elements_text(o.refused_recipients::jsonb)) END,
         claim_token = NULL,
         updated_at = now()
     FROM decided o
@@ -70,11 +95,13 @@ WITH decided AS (
     RETURNING d.id
 ), attempt AS (
     INSERT INTO email_delivery_attempts
-        (delivery_id, attempt, started_at, finished_at, outcome, reply_code, enhanced_code, error, transport, worker)
+        (delivery_id, attempt, started_at, finished_at, outcome, reply_code, enhanced_code, error, transport, worker,
+         refused)
     SELECT a.*
     FROM unnest($9::bigint[], $10::integer[], $11::timestamptz[], $12::timestamptz[], $13::text[],
-                $14::smallint[], $15::text[], $16::text[], $17::text[], $18::text[])
-         AS a(delivery_id, attempt, started_at, finished_at, outcome, reply_code, enhanced_code, error, transport, worker)
+                $14::smallint[], $15::text[], $16::text[], $17::text[], $18::text[], $21::text[]::jsonb[])
+         AS a(delivery_id, attempt, started_at, finished_at, outcome, reply_code, enhanced_code, error, transport,
+              worker, refused)
     WHERE EXISTS (SELECT 1 FROM email_deliveries e WHERE e.id = a.delivery_id)
     ON CONFLICT (delivery_id, attempt, started_at) DO NOTHING
 )
@@ -88,11 +115,11 @@ JOIN unnest($1::bigint[], $2::integer[], $3::timestamptz[]) AS w(delivery_id, at
   ON a.delivery_id = w.delivery_id AND a.attempt = w.attempt AND a.started_at = w.started_at;
 
 -- name: next_due_at
--- When the earliest pending row becomes due (null when there is none).
-SELECT min(scheduled_at) AS next_due_at FROM email_deliveries WHERE status = 'pending';
+-- When the earliest pending row becomes due, in epoch seconds (null when there is none).
+SELECT extract(epoch FROM min(scheduled_at))::float8 AS next_due_at FROM email_deliveries WHERE status = 'pending';
 
 -- name: find_dead_claims
--- Rows left in 'sending' longer than $1 seconds whose advisory lock nobody holds, except this session's own rows $3 (session locks are re-entrant); locks each for this session.
+-- Rows left in 'sending' longer than $1 seconds whose advisory lock nobody holds, except this session's own rows $3 (session locks are re-entrant); locks each for this session. Columns as claim_due returns them (content left out above $4 bytes).
 WITH stale AS (
     SELECT id, dedupe_key
     FROM email_deliveries
@@ -105,11 +132,28 @@ WITH stale AS (
     SELECT id FROM stale
     WHERE pg_try_advisory_lock(hashtextextended('outbox-mailer:' || dedupe_key, 0))
 )
-SELECT d.id, d.dedupe_key, d.claim_token, d.attempts, d.max_attempts, d.from_address,
-       d.to_addresses, d.cc_addresses, d.bcc_addresses, d.reply_to, d.subject, d.text_body,
-       d.html_body, d.headers, d.attachments, d.metadata, d.transport, d.priority,
-       d.scheduled_at, d.expires_at, d.created_at, d.first_attempt_at, d.claimed_at, d.claimed_by
-FROM email_deliveries d JOIN locked USING (id);
+SELECT d.id, d.dedupe_key, d.claim_token, d.attempts, d.max_attempts, d.transport, d.priority,
+       extract(epoch FROM d.scheduled_at)::float8 AS scheduled_at,
+       extract(epoch FROM d.expires_at)::float8 AS expires_at,
+       extract(epoch FROM d.created_at)::float8 AS created_at,
+       extract(epoch FROM d.first_attempt_at)::float8 AS first_attempt_at,
+       s.content_bytes, d.retry_recipients,
+       CASE WHEN s.fits THEN d.from_address END AS from_address,
+       CASE WHEN s.fits THEN d.to_addresses END AS to_addresses,
+       CASE WHEN s.fits THEN d.cc_addresses END AS cc_addresses,
+       CASE WHEN s.fits THEN d.bcc_addresses END AS bcc_addresses,
+       CASE WHEN s.fits THEN d.reply_to END AS reply_to,
+       CASE WHEN s.fits THEN d.subject END AS subject,
+       CASE WHEN s.fits THEN d.text_body END AS text_body,
+       CASE WHEN s.fits THEN d.html_body END AS html_body,
+       CASE WHEN s.fits THEN d.headers::text END AS headers,
+       CASE WHEN s.fits THEN d.attachments::text END AS attachments,
+       CASE WHEN s.fits THEN d.metadata::text END AS metadata,
+       d.claimed_at, d.claimed_by
+FROM email_deliveries d JOIN locked USING (id),
+     LATERAL (SELECT coalesce(d.content_bytes, octet_length(d.subject) + coalesce(octet_length(d.text_body), 0)
+                  + coalesce(octet_length(d.html_body), 0) + octet_length(d.attachments::text)) AS content_bytes) b,
+     LATERAL (SELECT b.content_bytes, b.content_bytes <= $4 AS fits) s;
 
 -- name: status_by_keys
 -- The contract columns of the rows with these dedupe keys.
@@ -151,7 +195,7 @@ WHERE status = $1 AND status IN ('failed', 'cancelled', 'in_doubt')
   AND updated_at >= now() - make_interval(secs => $2);
 
 -- name: retry_bulk
--- Requeue up to $4 rows of status $1 changed in the last $2 seconds, due now, with $3 more attempts each.
+-- Requeue up to $4 rows of status $1 changed in the last $2 seconds, due now, each with $3 more attempts (null: as many as its own max_attempts, or $5 when that is null).
 WITH batch AS (
     SELECT id FROM email_deliveries
     WHERE status = $1 AND status IN ('failed', 'cancelled', 'in_doubt')
@@ -161,7 +205,8 @@ WITH batch AS (
     FOR UPDATE SKIP LOCKED
 )
 UPDATE email_deliveries d
-SET status = 'pending', scheduled_at = now(), max_attempts = d.attempts + $3, last_error = NULL, updated_at = now()
+SET status = 'pending', scheduled_at = now(), max_attempts = d.attempts + coalesce($3::integer, d.max_attempts, $5::integer),
+    last_error = NULL, updated_at = now()
 FROM batch WHERE d.id = batch.id;
 
 -- name: retry

@@ -11,7 +11,7 @@ import asyncpg
 from ..errors import InvalidTransition, NotFound, SchemaMismatch
 from ..migrations import Migration
 from ..queries import sql
-from .connection import affected, init_connection, translate_errors
+from .connection import affected, init_reading_connection, translate_errors
 
 
 class Store:
@@ -24,7 +24,7 @@ class Store:
     async def open(cls, url: str, *, max_size: int = 4, timeout: float = 10.0) -> Store:
         with translate_errors():
             pool = await asyncpg.create_pool(
-                url, min_size=1, max_size=max_size, timeout=timeout, init=init_connection,
+                url, min_size=1, max_size=max_size, timeout=timeout, init=init_reading_connection,
                 server_settings={"application_name": "outbox-mailer"},
             )
         return cls(pool)
@@ -117,12 +117,15 @@ class Store:
         async with self._conn() as conn:
             return int(await conn.fetchval(sql("count_retryable"), status, since_seconds))
 
-    async def retry_bulk(self, status: str, since_seconds: float, extra_attempts: int, batch: int = 1000) -> int:
-        """Requeue in short transactions of ``batch`` rows; returns how many."""
+    async def retry_bulk(self, status: str, since_seconds: float, extra_attempts: int | None, default_attempts: int,
+                         batch: int = 1000) -> int:
+        """Requeue in short transactions of ``batch`` rows, each with ``extra_attempts`` more attempts
+        (None: as many as its own max_attempts, ``default_attempts`` when that is null); returns how many."""
         total = 0
         while True:
             async with self._conn() as conn:
-                n = affected(await conn.execute(sql("retry_bulk"), status, since_seconds, extra_attempts, batch))
+                n = affected(await conn.execute(sql("retry_bulk"), status, since_seconds, extra_attempts, batch,
+                                                default_attempts))
             total += n
             if n < batch:
                 return total

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -12,9 +13,10 @@ import anyio
 import asyncpg
 
 from ..decide import Transition
-from ..delivery import Delivery, OutcomeKind
+from ..delivery import Delivery, OutcomeKind, RefusedRecipient
 from ..queries import sql
 from .connection import CHANNEL, connect, translate_errors
+from .rows import delivery_from_row, instant_or_none
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +32,7 @@ class AttemptRecord:
     error: str | None
     transport: str
     worker: str
+    refused: tuple[RefusedRecipient, ...] = ()  # every recipient not reached, kept whole (no clipping)
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,31 +42,11 @@ class OutcomeWrite:
     attempt: AttemptRecord
 
 
-def _delivery(row: asyncpg.Record) -> Delivery:
-    return Delivery(
-        id=row["id"],
-        dedupe_key=row["dedupe_key"],
-        claim_token=row["claim_token"],
-        attempts=row["attempts"],
-        max_attempts=row["max_attempts"],
-        from_address=row["from_address"],
-        to_addresses=tuple(row["to_addresses"]),
-        cc_addresses=tuple(row["cc_addresses"]),
-        bcc_addresses=tuple(row["bcc_addresses"]),
-        reply_to=row["reply_to"],
-        subject=row["subject"],
-        text_body=row["text_body"],
-        html_body=row["html_body"],
-        headers=row["headers"],
-        attachments=row["attachments"],
-        metadata=row["metadata"],
-        transport=row["transport"],
-        priority=row["priority"],
-        scheduled_at=row["scheduled_at"],
-        expires_at=row["expires_at"],
-        created_at=row["created_at"],
-        first_attempt_at=row["first_attempt_at"],
-    )
+def _refused_json(refused: Sequence[RefusedRecipient]) -> str | None:
+    if not refused:
+        return None
+    return json.dumps([{"address": r.address, "reply_code": r.reply_code, "message": r.message,
+                        "unknown": r.unknown} for r in refused])
 
 
 class ClaimSession:
@@ -93,16 +76,18 @@ class ClaimSession:
         return self._conn.is_closed()
 
     async def claim_due(
-        self, limit: int, worker: str, *, paused: Sequence[str] = (), default_transport: str = "smtp"
+        self, limit: int, worker: str, *, paused: Sequence[str] = (), default_transport: str = "smtp",
+        max_content_bytes: int = 10 * 1024 * 1024,
     ) -> list[Delivery]:
+        """Claim due rows; a row that cannot be read comes back with ``defect`` set (see rows.py)."""
         token = uuid.uuid4()
         async with self._lock:
             # on an error the session is closed and its locks go with it: nothing to keep
             unlock, self._unlock_later = self._unlock_later, []
             with translate_errors():
                 rows = await self._conn.fetch(sql("claim_due"), limit, token, worker, list(paused), default_transport,
-                                              unlock)
-        return [_delivery(r) for r in rows]
+                                              unlock, max_content_bytes)
+        return [delivery_from_row(r, max_content_bytes) for r in rows]
 
     async def release_deferred(self) -> int:
         """Release now the locks kept for the next claim (before waiting for work); returns how many."""
@@ -167,6 +152,9 @@ class ClaimSession:
             [x.error for x in a],
             [x.transport for x in a],
             [x.worker for x in a],
+            [json.dumps(x.retry_recipients) if x.retry_recipients is not None else None for x in t],
+            [json.dumps(x.refused_recipients) if x.refused_recipients else None for x in t],
+            [_refused_json(x.refused) for x in a],
         )
         async with self._lock:
             with translate_errors():
@@ -192,10 +180,12 @@ class ClaimSession:
     async def next_due_at(self) -> datetime | None:
         async with self._lock:
             with translate_errors():
-                return await self._conn.fetchval(sql("next_due_at"))
+                seconds = await self._conn.fetchval(sql("next_due_at"))
+        return instant_or_none(seconds)
 
     async def find_dead_claims(
-        self, older_than_seconds: float, limit: int, *, own: Sequence[int] = ()
+        self, older_than_seconds: float, limit: int, *, own: Sequence[int] = (),
+        max_content_bytes: int = 10 * 1024 * 1024,
     ) -> list[tuple[Delivery, datetime, str]]:
         """Claims whose holder is gone: (delivery, claimed_at, claimed_by), each now locked by this session.
 
@@ -204,8 +194,9 @@ class ClaimSession:
         """
         async with self._lock:
             with translate_errors():
-                rows = await self._conn.fetch(sql("find_dead_claims"), older_than_seconds, limit, list(own))
-        return [(_delivery(r), r["claimed_at"], r["claimed_by"]) for r in rows]
+                rows = await self._conn.fetch(sql("find_dead_claims"), older_than_seconds, limit, list(own),
+                                              max_content_bytes)
+        return [(delivery_from_row(r, max_content_bytes), r["claimed_at"], r["claimed_by"]) for r in rows]
 
 
 class Listener:

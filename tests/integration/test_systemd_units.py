@@ -91,6 +91,10 @@ def test_unit_contract(unit: str) -> None:
     assert int(single["WatchdogSec"]) == 30
     grace = Settings.model_fields["shutdown_grace_seconds"].default
     assert int(single["TimeoutStopSec"]) > grace + 10, "stop timeout must outlast the drain grace period"
+    # rows held at once x the size limit x copies of each, plus the process itself
+    held_bytes = 2 * Settings.model_fields["concurrency"].default * Settings.model_fields["max_message_bytes"].default
+    assert single["MemoryMax"] == "1G" and 4 * held_bytes + 50 * 2**20 < 2**30
+    assert single["MemoryHigh"] == "768M"
     for key, value in {"ProtectSystem": "strict", "ProtectHome": "yes", "NoNewPrivileges": "yes",
                        "PrivateTmp": "yes", "PrivateDevices": "yes", "CapabilityBoundingSet": "",
                        "SystemCallFilter": "@system-service", "SystemCallArchitectures": "native",

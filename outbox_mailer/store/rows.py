@@ -1,0 +1,124 @@
+"""Claimed rows into :class:`Delivery` values, one row at a time, never failing the batch.
+
+A claim commits before its rows are decoded, so a value that no decoder
+handles must not take the other rows of the batch down with it (they would
+stay ``sending`` until the rescuer, which would read the same row again). The
+claim queries therefore return timestamps as epoch seconds and JSON as text;
+each row is decoded here on its own, and a row that cannot be becomes a
+:class:`Delivery` with ``defect`` set, which the daemon fails alone with the
+field named. The schema refuses such values at INSERT since version 6; this is
+the second line, for rows written before it or past its checks.
+
+``expires_at = 'infinity'`` means "never expires" (as null does).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import UTC, datetime
+from typing import Any
+
+import asyncpg
+
+from ..delivery import Delivery
+
+_EPOCH_FALLBACK = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+class _Unreadable(ValueError):
+    pass
+
+
+def _instant(row: asyncpg.Record, field: str, *, infinity_is_none: bool = False) -> datetime | None:
+    seconds = row[field]
+    if seconds is None:
+        return None
+    if math.isinf(seconds) and seconds > 0 and infinity_is_none:
+        return None
+    try:
+        if not math.isfinite(seconds):
+            raise ValueError("infinite")
+        return datetime.fromtimestamp(seconds, UTC)
+    except (OverflowError, ValueError, OSError) as exc:
+        raise _Unreadable(f"{field}: timestamp out of range ({seconds:g} s from 1970): {exc}") from None
+
+
+def instant_or_none(seconds: float | None) -> datetime | None:
+    """Epoch seconds from the database as a datetime; None when absent or not representable."""
+    if seconds is None or not math.isfinite(seconds):
+        return None
+    try:
+        return datetime.fromtimestamp(seconds, UTC)
+    except (OverflowError, ValueError, OSError):
+        return None
+
+
+def _json(row: asyncpg.Record, field: str, kind: type) -> Any:
+    text = row[field]
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise _Unreadable(f"{field}: JSON nested too deeply to decode") from None
+    except ValueError as exc:  # a number too long to convert, invalid text
+        raise _Unreadable(f"{field}: JSON cannot be decoded: {exc}") from None
+    if not isinstance(value, kind):
+        raise _Unreadable(f"{field}: expected a JSON {'object' if kind is dict else 'array'}")
+    return value
+
+
+def delivery_from_row(row: asyncpg.Record, max_content_bytes: int) -> Delivery:
+    """Decode one claimed row; a row that cannot be sent as read comes back with ``defect`` set."""
+    base = {
+        "id": row["id"],
+        "dedupe_key": row["dedupe_key"],
+        "claim_token": row["claim_token"],
+        "attempts": row["attempts"],
+        "max_attempts": row["max_attempts"],
+        "transport": row["transport"],
+        "priority": row["priority"],
+    }
+    try:
+        times = {
+            "scheduled_at": _instant(row, "scheduled_at"),
+            "expires_at": _instant(row, "expires_at", infinity_is_none=True),
+            "created_at": _instant(row, "created_at"),
+            "first_attempt_at": _instant(row, "first_attempt_at"),
+        }
+    except _Unreadable as exc:
+        return _defective(base, str(exc))
+    base.update(times)
+    retry = row["retry_recipients"]
+    base["retry_recipients"] = tuple(retry) if retry is not None else None
+    if row["subject"] is None:  # the claim left the content out: too large to load
+        return _defective(base, f"content: {row['content_bytes']} bytes, over the limit of {max_content_bytes} "
+                                "(max_message_bytes); not loaded")
+    try:
+        content = {
+            "headers": _json(row, "headers", dict),
+            "attachments": _json(row, "attachments", list),
+            "metadata": _json(row, "metadata", dict),
+        }
+    except _Unreadable as exc:
+        return _defective(base, str(exc))
+    return Delivery(
+        **base,
+        **content,
+        from_address=row["from_address"],
+        to_addresses=tuple(row["to_addresses"]),
+        cc_addresses=tuple(row["cc_addresses"]),
+        bcc_addresses=tuple(row["bcc_addresses"]),
+        reply_to=row["reply_to"],
+        subject=row["subject"],
+        text_body=row["text_body"],
+        html_body=row["html_body"],
+    )
+
+
+def _defective(base: dict[str, Any], defect: str) -> Delivery:
+    """A row failed unread: only what deciding its outcome needs, the content left empty."""
+    return Delivery(
+        **{"scheduled_at": _EPOCH_FALLBACK, "created_at": _EPOCH_FALLBACK, "expires_at": None, **base},
+        from_address=None, to_addresses=(), cc_addresses=(), bcc_addresses=(), reply_to=None, subject="",
+        text_body=None, html_body=None, headers={}, attachments=[], metadata={}, defect=defect,
+    )
