@@ -22,6 +22,9 @@ How it is built:
   standard library's folder is not used for them because Python 3.11 before
   3.11.10 decodes encoded words found in the input and writes the decoded
   CR/LF back out (CVE-2024-6923), and it turns long URLs into encoded words.
+  A row's own ASCII header value is never encoded: a word (a URL, a token)
+  must fit on one ``Name: word`` line of 998 octets or the row is refused, and
+  the RFC 2369 ``List-*`` URL lists fold only between their ``<url>`` items.
 * :func:`check_composed` parses a result back and refuses it if its header
   names or MIME tree differ from what was intended.  It is a debugging and
   test aid (``compose(..., verify=True)``), not on the hot path: the property
@@ -82,8 +85,17 @@ _REFUSED_ATTACHMENT_TYPES = frozenset({"multipart", "message"})
 _ATTACHMENT_KEYS = frozenset({"filename", "content_type", "content_base64"})
 _MAX_FILENAME_CHARS = 255
 _DOMAIN = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?")
-_LONGEST_RAW_WORD = 900
-_LONGEST_LINE = 998  # RFC 5322
+_LONGEST_LINE = 998  # RFC 5322: a word must fit on "Name: word" within it, folding cannot split one
+# RFC 2369's fields: angle-bracketed URLs, comma-separated, whitespace between them meaningless.
+# Such a value is written as its URLs, "<url>, <url>", so it can fold between them.
+_URL_LIST_FIELDS = frozenset(
+    {"list-help", "list-unsubscribe", "list-subscribe", "list-post", "list-owner", "list-archive"}
+)
+# (Control characters never get this far; other non-ASCII is refused in a URL.)
+_URL_LIST = re.compile(r" *<[^<> ]+>(?: *, *<[^<> ]+>)* *")  # no comments: those make it text
+_BRACKETED_URL = re.compile(r"<[^<> ]+>")
+# What a reader may take for an RFC 2047 encoded word even inside a URL (Python's does):
+_ENCODED_WORD_LIKE = re.compile(r"=\?[^<>]*\?[^<>]*\?[^<>]*\?=")
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,8 +224,61 @@ def _checked_custom_headers(headers: object) -> list[tuple[str, str]]:
     checked = []
     for name, value in headers.items():
         _check_header_name(name)
-        checked.append((name, checked_text(value, f"headers.{name}")))
+        value = checked_text(value, f"headers.{name}")
+        _check_header_words(name, value)
+        checked.append((name, value))
     return checked
+
+
+def _check_header_words(name: str, value: str) -> None:
+    """Refuse a value that could only be sent broken.
+
+    ASCII words are written as they are (:func:`_unstructured`), and folding may not
+    split one (RFC 5322 2.2.3), so each must fit on ``Name: word`` within 998 octets;
+    as RFC 2047 encoded words a URL or token would no longer be one.  The URLs of an
+    RFC 2369 URL list (List-Unsubscribe ...) are never encoded, so they must be ASCII
+    and free of ``=?...?=``, which a reader may decode.  Other non-ASCII values are
+    text, sent as encoded words whatever their length.
+    """
+    if value.isascii() and "=?" not in value and len(name) + 2 + len(value) <= _LONGEST_LINE:
+        return  # the common case: every word fits, and no URL can need refusing
+    field = f"headers.{name}"
+    words = _url_list_words(name, value)
+    if words is not None:
+        for url in (word.rstrip(",") for word in words):
+            if not url.isascii():
+                raise CompositionError(
+                    field, f"URL {_excerpt(url)} is not ASCII: percent-encode it (a domain as punycode); "
+                    "as RFC 2047 encoded words it would be no URL",
+                )
+            if _ENCODED_WORD_LIKE.search(url):
+                raise CompositionError(
+                    field, f"URL {_excerpt(url)} holds '=?...?=', which readers may decode as an "
+                    "RFC 2047 encoded word: percent-encode its '?' as %3F",
+                )
+    elif value.isascii():
+        words = value.split(" ")
+    else:
+        return
+    longest = max(words, key=len)
+    if len(name) + 2 + len(longest) > _LONGEST_LINE:
+        raise CompositionError(
+            field, f"the word {_excerpt(longest)} ({len(longest)} characters) does not fit on one line: "
+            f"'{name}: ' and a word may take at most {_LONGEST_LINE} octets (RFC 5322), "
+            f"so at most {_LONGEST_LINE - len(name) - 2} here, and folding may not split a word",
+        )
+
+
+def _url_list_words(name: str, value: str) -> list[str] | None:
+    """The words of an RFC 2369 URL list (``<url>,`` ... ``<url>``), or None if ``value`` is not one."""
+    if name.lower() not in _URL_LIST_FIELDS or _URL_LIST.fullmatch(value) is None:
+        return None
+    urls = _BRACKETED_URL.findall(value)
+    return [f"{url}," for url in urls[:-1]] + [urls[-1]]
+
+
+def _excerpt(word: str) -> str:
+    return repr(word) if len(word) <= 40 else repr(word[:40]) + "..."
 
 
 def _check_header_name(name: object) -> None:
@@ -336,12 +401,25 @@ def _envelope_recipients(
 
 
 def _unstructured(name: str, value: str) -> str:
-    """``Name: value`` folded; encoded words when the value is not plain ASCII."""
+    """``Name: value`` folded at spaces; encoded words when the value is not plain ASCII.
+
+    ASCII words are never split or encoded when they fit on ``Name: word`` (a custom
+    header's longer ones were refused by :func:`_check_header_words`; a Subject's are
+    encoded).  An RFC 2369 URL list is written as ``<url>, <url>``, folded between URLs.
+    """
+    longest_word = _LONGEST_LINE - len(name) - 2
+    if value.startswith(("<", " ")) and name.lower() in _URL_LIST_FIELDS:
+        urls = _url_list_words(name, value)
+        if (  # as checked by _check_header_words(); else it is text, as below
+            urls is not None and value.isascii() and not _ENCODED_WORD_LIKE.search(value)
+            and max(map(len, urls)) <= longest_word
+        ):
+            return mime.fold_header(name, urls)
     if value.isascii() and "=?" not in value and not value.startswith(" "):
         if len(name) + 2 + len(value) <= mime.MAX_HEADER_LINE:  # one line: what fold_header() returns
             return f"{name}: {value}\r\n"
         words = value.split(" ")
-        if max(map(len, words)) <= _LONGEST_RAW_WORD:
+        if max(map(len, words)) <= longest_word:
             folded = mime.fold_header(name, words)
             # Runs of spaces never become fold points: fall back if they make a line too long.
             if len(folded) <= _LONGEST_LINE or max(map(len, folded.split("\r\n"))) <= _LONGEST_LINE:

@@ -224,6 +224,15 @@ def invalid_because(row: Row) -> str | None:
         return "control character in a header value"
     if any(n in BAD_HEADER_NAMES for n in row.headers):
         return "reserved or malformed header name"
+    for name, value in row.headers.items():
+        urls = url_list(name, value)
+        if urls is not None and any(not url.isascii() or re.search(r"=\?.*\?.*\?.*\?=", url) for url in urls):
+            return "a URL of a List-* header that is not ASCII or holds an encoded word"
+        # RFC 5322: "Name: word" fits in 998 octets; folding never splits a word, and an
+        # ASCII word is never encoded (a URL or token in encoded words is no longer one).
+        words = value.split(" ") if urls is None else [url + "," for url in urls]
+        if value.isascii() and len(name) + 2 + max(map(len, words)) > 998:
+            return "an ASCII header word too long for a line"
     if row.text is None and row.html is None:
         return "no body"
     if any(unicodedata.category(c) == "Cs" for body in (row.text, row.html) if body for c in body):
@@ -234,6 +243,16 @@ def invalid_because(row: Row) -> str | None:
         if has_forbidden(a.filename) or "=?" in a.filename:
             return "control character or =? in a filename"
     return None
+
+
+def url_list(name: str, value: str) -> list[str] | None:
+    """The URLs of an RFC 2369 field written as ``<url>, <url>`` (no comments), else None."""
+    if name.lower() not in {"list-help", "list-unsubscribe", "list-subscribe", "list-post", "list-owner",
+                            "list-archive"}:
+        return None
+    if not re.fullmatch(r" *<[^<> ]+>(?: *, *<[^<> ]+>)* *", value):
+        return None
+    return re.findall(r"<[^<> ]+>", value)
 
 
 # -- the reference --------------------------------------------------------------
@@ -320,6 +339,10 @@ def assert_matches_reference(row: Row, data: bytes, message_id: str) -> None:
     assert parsed["message-id"] == message_id == ref["message-id"]
     assert parsed["mime-version"] == "1.0"
     for name, value in (("Subject", row.subject), *row.headers.items()):
+        urls = url_list(name, value)
+        if urls is not None:  # whitespace between the URLs means nothing: written as "<url>, <url>"
+            assert parsed[name] == ", ".join(urls)
+            continue
         assert parsed[name] == value  # the literal text, encoded words and all
         if "=?" not in value:
             assert str(ref[name]) == value  # and there the reference agrees
@@ -414,7 +437,7 @@ def test_body_edge_cases_match_the_standard_library(body: str) -> None:
 
 
 @pytest.mark.parametrize("value", [
-    "", " ", "   lead", "trail   ", "a" + " " * 2000 + "b", " " * 2000, "x" * 950, "x" * 901 + " y",
+    "", " ", "   lead", "trail   ", "a" + " " * 2000 + "b", " " * 2000, "x" * 920, "x" * 901 + " y",
     "=?utf-8?q?hi=0D=0ABcc:_spy@example.org?=", "a =?utf-8?b?IHg=?= b", "ü" * 400,
 ])
 def test_header_edge_cases_match_the_standard_library(value: str) -> None:
@@ -424,3 +447,13 @@ def test_header_edge_cases_match_the_standard_library(value: str) -> None:
     assert_wire_format(composed.data)
     check_composed(composed)
     assert_matches_reference(row, composed.data, composed.message_id)
+
+
+def test_header_word_too_long_for_a_line_is_refused() -> None:
+    mailbox = Mailbox("", "a", "example.com", "example.com", False)
+    name = "X-" + "L" * 74
+    row = Row(mailbox, [mailbox], [], [], None, "s", "t", None, {name: "x" * 921})  # 76 + 2 + 921 > 998
+    assert invalid_because(row) is not None
+    with pytest.raises(CompositionError) as info:
+        run(row.delivery())
+    assert info.value.field == f"headers.{name}"
