@@ -227,8 +227,8 @@ class Daemon:
         """Rows still queued at a gate when the sends stopped were never attempted: give them back."""
         for gate in self.gates.values():
             for delivery in gate.take_queued():
-                self._finish(delivery, gate.name, self.clock(), Outcome.transient(
-                    "not started before shutdown", charge_attempt=False, held_back=True))
+                self._finish(delivery, gate.name, self.clock(), Outcome.held_back(
+                    "not started before shutdown"))
 
     def _wake_up(self) -> None:
         self._wake.set()
@@ -307,14 +307,14 @@ class Daemon:
                 name = delivery.transport or self.default_transport
                 gate = self.gates.get(name)
                 if delivery.defect is not None:  # failed alone, without a network call
-                    self._finish(delivery, name, self.clock(), Outcome.permanent(
-                        f"cannot send this row as stored: {delivery.defect}", charge_attempt=False))
+                    self._finish(delivery, name, self.clock(), Outcome.unsendable(
+                        f"cannot send this row as stored: {delivery.defect}"))
                 elif gate is not None:
                     gate.submit(delivery)
                 else:
                     known = ", ".join(sorted(self.transports)) or "none"
-                    self._finish(delivery, name, self.clock(), Outcome.permanent(
-                        f"transport: unknown transport {name!r} (configured: {known})", charge_attempt=False))
+                    self._finish(delivery, name, self.clock(), Outcome.unsendable(
+                        f"transport: unknown transport {name!r} (configured: {known})"))
             if len(batch) < want:
                 await self._idle(session)
 
@@ -404,8 +404,7 @@ class Daemon:
 
     async def _attempt(self, delivery: Delivery, transport_name: str, now: datetime) -> Outcome:
         if delivery.expires_at is not None and delivery.expires_at <= now:
-            return Outcome.permanent(f"expired at {delivery.expires_at.isoformat()} before it could be sent",
-                                     charge_attempt=False)
+            return Outcome.unsendable(f"expired at {delivery.expires_at.isoformat()} before it could be sent")
         transport = self.transports[transport_name]
         try:
             message = compose(
@@ -416,7 +415,7 @@ class Daemon:
                 now=now,
             )
         except CompositionError as exc:
-            return Outcome.permanent(f"cannot compose: {exc}", charge_attempt=False)
+            return Outcome.unsendable(f"cannot compose: {exc}")
         return await self.gates[transport_name].send(message, delivery, lambda: self._may_start(delivery, transport))
 
     def _may_start(self, delivery: Delivery, transport: Transport) -> bool:

@@ -4,7 +4,7 @@
   hands it to the sender.
 * :class:`ComposedMessage` – what composition makes of a row: envelope and
   the exact bytes to send.
-* :class:`Outcome` – what a transport reports about one attempt.
+* :class:`Outcome` – what a transport reports about one attempt, with its :class:`Cause`.
 * :class:`Transport` – the seam every transport implements.
 """
 
@@ -128,46 +128,90 @@ class RefusedRecipient:
         return not self.unknown and self.reply_code is not None and 500 <= self.reply_code < 600
 
 
+class Cause(enum.StrEnum):
+    """Why an attempt ended as it did. Each cause has one constructor on :class:`Outcome`;
+    what is recorded, whether the attempt counts and what the gate learns all follow from it."""
+
+    SENT = "sent"  # the server/provider accepted the message
+    TRANSIENT = "transient"  # refused for now (4xx, 429), or broke before the message went out: retry
+    PERMANENT = "permanent"  # refused for good (5xx, an invalid request)
+    AMBIGUOUS = "ambiguous"  # may or may not have been accepted (no reply after the body)
+    UNREACHABLE = "unreachable"  # no server could judge the message (refused connection, TLS, AUTH ...)
+    PAUSED = "paused"  # the far side refuses our account for a while (quota, credentials, relaying)
+    HELD_BACK = "held_back"  # the daemon did not try (transport paused, claim too old, shutdown)
+    UNSENDABLE = "unsendable"  # the row cannot be sent as it is (cannot compose, expired, unreadable)
+
+
+_RECORDED_AS = {
+    Cause.SENT: OutcomeKind.SENT, Cause.TRANSIENT: OutcomeKind.TRANSIENT, Cause.PERMANENT: OutcomeKind.PERMANENT,
+    Cause.AMBIGUOUS: OutcomeKind.AMBIGUOUS, Cause.UNREACHABLE: OutcomeKind.TRANSIENT,
+    Cause.PAUSED: OutcomeKind.TRANSIENT, Cause.HELD_BACK: OutcomeKind.TRANSIENT,
+    Cause.UNSENDABLE: OutcomeKind.PERMANENT,
+}
+# The attempt counts against max_attempts only when a server judged the message.
+_CHARGED = frozenset({Cause.SENT, Cause.TRANSIENT, Cause.PERMANENT, Cause.AMBIGUOUS})
+
+
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    """What happened to one attempt. Transports return it; they never raise it."""
+    """What happened to one attempt. Transports return it; they never raise it.
 
-    kind: OutcomeKind
+    Build it with the constructor of its cause (``Outcome.unreachable(...)``);
+    ``kind`` (what the attempt row records) and ``charge_attempt`` follow from
+    the cause and are never set on their own.
+    """
+
+    cause: Cause
     error: str | None = None  # human readable, no secrets
     reply_code: int | None = None
     enhanced_code: str | None = None  # RFC 3463, e.g. "5.1.1"
     provider_message_id: str | None = None
     retry_after_seconds: float | None = None
     refused: tuple[RefusedRecipient, ...] = field(default=())
-    # False when the attempt never reached a server that could judge the
-    # message (an outage, a paused transport, a row that cannot be composed):
-    # the attempt is recorded but not counted against max_attempts.
-    charge_attempt: bool = True
-    # The transport asks to be paused this long (quota exhausted, credentials
-    # refused): nothing is claimed for it meanwhile; the attempt is not charged.
-    pause_seconds: float | None = None
-    # For an ambiguous outcome: until when a resend is absorbed by the
-    # provider's idempotency key, so it is safe whatever the in_doubt policy.
+    pause_seconds: float | None = None  # PAUSED: how long nothing is claimed for the transport
+    # AMBIGUOUS: until when a resend is absorbed by the provider's idempotency key,
+    # so it is safe whatever the in_doubt policy.
     resend_safe_until: datetime | None = None
-    # The daemon itself held the send back (transport paused, claim too old to
-    # start safely): nothing was attempted, so it says nothing about the server.
-    held_back: bool = False
+
+    @property
+    def kind(self) -> OutcomeKind:
+        return _RECORDED_AS[self.cause]
+
+    @property
+    def charge_attempt(self) -> bool:
+        return self.cause in _CHARGED
 
     @classmethod
     def sent(cls, provider_message_id: str | None = None, **kw: Any) -> Outcome:
-        return cls(OutcomeKind.SENT, provider_message_id=provider_message_id, **kw)
+        return cls(Cause.SENT, provider_message_id=provider_message_id, **kw)
 
     @classmethod
     def transient(cls, error: str, **kw: Any) -> Outcome:
-        return cls(OutcomeKind.TRANSIENT, error=error, **kw)
+        return cls(Cause.TRANSIENT, error=error, **kw)
 
     @classmethod
     def permanent(cls, error: str, **kw: Any) -> Outcome:
-        return cls(OutcomeKind.PERMANENT, error=error, **kw)
+        return cls(Cause.PERMANENT, error=error, **kw)
 
     @classmethod
     def ambiguous(cls, error: str, **kw: Any) -> Outcome:
-        return cls(OutcomeKind.AMBIGUOUS, error=error, **kw)
+        return cls(Cause.AMBIGUOUS, error=error, **kw)
+
+    @classmethod
+    def unreachable(cls, error: str, **kw: Any) -> Outcome:
+        return cls(Cause.UNREACHABLE, error=error, **kw)
+
+    @classmethod
+    def paused(cls, error: str, pause_seconds: float, **kw: Any) -> Outcome:
+        return cls(Cause.PAUSED, error=error, pause_seconds=pause_seconds, **kw)
+
+    @classmethod
+    def held_back(cls, error: str, **kw: Any) -> Outcome:
+        return cls(Cause.HELD_BACK, error=error, **kw)
+
+    @classmethod
+    def unsendable(cls, error: str, **kw: Any) -> Outcome:
+        return cls(Cause.UNSENDABLE, error=error, **kw)
 
 
 def idempotency_key(delivery: Delivery, message: ComposedMessage) -> str:

@@ -27,19 +27,13 @@ from collections.abc import Awaitable, Callable
 import anyio
 
 from .breaker import Breaker
-from .delivery import ComposedMessage, Delivery, Outcome, OutcomeKind, Transport
+from .delivery import Cause, ComposedMessage, Delivery, Outcome, Transport
 from .ratelimit import TokenBucket
 
 log = logging.getLogger("outbox_mailer")
 
 QUEUE_PER_WORKER = 3  # rows waiting per worker, if concurrency allows: claims of a worthwhile size
 YIELD_EVERY_ROWS = 8
-
-
-def is_unreachable(outcome: Outcome) -> bool:
-    """The transport tried and could not reach a server that could judge the message."""
-    return (outcome.kind is OutcomeKind.TRANSIENT and not outcome.charge_attempt and not outcome.pause_seconds
-            and not outcome.held_back)
 
 
 class TransportGate:
@@ -110,28 +104,25 @@ class TransportGate:
             await self.limiter.acquire()
         now = anyio.current_time()
         if self.breaker.is_paused(now):
-            return Outcome.transient(f"transport {self.name!r} is paused", charge_attempt=False,
-                                     held_back=True, retry_after_seconds=self.breaker.remaining(now))
+            return Outcome.held_back(f"transport {self.name!r} is paused",
+                                     retry_after_seconds=self.breaker.remaining(now))
         if not may_start():
-            return Outcome.transient("waited too long after the claim to start a send safely",
-                                     charge_attempt=False, held_back=True)
+            return Outcome.held_back("waited too long after the claim to start a send safely")
         return await self.transport.send(message, delivery)
 
     def observe(self, outcome: Outcome) -> Outcome:
         """Feed the breaker and the rate limiter; returns the outcome with its retry time adjusted."""
         now = anyio.current_time()
-        if outcome.pause_seconds:
+        if outcome.cause is Cause.PAUSED and outcome.pause_seconds:
             was_paused = self.breaker.is_paused(now)
             self.breaker.pause(now, outcome.pause_seconds)
             if not was_paused:  # one line per pause, not one per send that was in flight
                 log.error("transport %s paused for %.0fs: %s", self.name, outcome.pause_seconds, outcome.error)
             return dataclasses.replace(
-                outcome, charge_attempt=False,
-                retry_after_seconds=max(outcome.pause_seconds, outcome.retry_after_seconds or 0),
-            )
+                outcome, retry_after_seconds=max(outcome.pause_seconds, outcome.retry_after_seconds or 0))
         if self.limiter is not None and outcome.retry_after_seconds and outcome.reply_code == 429:
             self.limiter.hold_off(outcome.retry_after_seconds)  # "too many requests" slows every send of it
-        if is_unreachable(outcome):
+        if outcome.cause is Cause.UNREACHABLE:
             was_paused = self.breaker.is_paused(now)
             pause = self.breaker.unreachable(now)
             if not was_paused:

@@ -187,10 +187,10 @@ def string_values(metadata: dict[str, Any]) -> dict[str, str]:
 
 
 def auth_pause(response: ApiResponse, detail: str, pause_seconds: float) -> Outcome:
-    return Outcome.transient(
+    return Outcome.paused(
         f"HTTP {response.status}: credentials refused: check api_key ({detail}); "
         f"transport paused for {pause_seconds:g} s",
-        reply_code=response.status, pause_seconds=pause_seconds, charge_attempt=False,
+        pause_seconds, reply_code=response.status,
     )
 
 

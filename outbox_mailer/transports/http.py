@@ -110,16 +110,15 @@ class HttpApiTransport:
 
     async def send(self, message: ComposedMessage, delivery: Delivery) -> Outcome:
         if message.fields is None:
-            return Outcome.permanent("the message has no fields for an API transport", charge_attempt=False)
+            return Outcome.unsendable("the message has no fields for an API transport")
         if self._closed:
-            return Outcome.transient(f"transport {self.name!r} is closed", charge_attempt=False)
+            return Outcome.held_back(f"transport {self.name!r} is closed")
         now = _utc_now()
         try:
             request = self.provider.build(message.fields, delivery, message.message_id,
                                           idempotency_key(delivery, message), now)
         except ValueError as exc:
-            return Outcome.permanent(self._clean(f"cannot build the {self.kind} request: {exc}"),
-                                     charge_attempt=False)
+            return Outcome.unsendable(self._clean(f"cannot build the {self.kind} request: {exc}"))
         written = False
 
         async def trace(event: str, info: object) -> None:
@@ -136,16 +135,16 @@ class HttpApiTransport:
                     extensions={"trace": trace},
                 )
             except _NOT_SENT as exc:
-                return Outcome.transient(f"{where}: {self._describe(exc)}", charge_attempt=False)
+                return Outcome.unreachable(f"{where}: {self._describe(exc)}")
             except (httpx.HTTPError, OSError) as exc:
                 if not written:
-                    return Outcome.transient(f"{where}: {self._describe(exc)}", charge_attempt=False)
+                    return Outcome.unreachable(f"{where}: {self._describe(exc)}")
                 return self._ambiguous(
                     delivery, f"{where}: {self._describe(exc)}; the provider may have accepted the message")
         if scope.cancelled_caught or response is None:
             limit = f"no answer within the send timeout ({self.send_timeout_seconds:g} s)"
             if not written:
-                return Outcome.transient(f"{where}: {limit}; the request was not sent", charge_attempt=False)
+                return Outcome.unreachable(f"{where}: {limit}; the request was not sent")
             return self._ambiguous(delivery, f"{where}: {limit}; the provider may have accepted the message")
         answer = ApiResponse(response.status_code, {k.lower(): v for k, v in response.headers.items()},
                              response.content)

@@ -100,9 +100,8 @@ class PostmarkApi(KeyedApi):
                 return Outcome.transient(described, reply_code=status,
                                          retry_after_seconds=parse_retry_after(response.header("retry-after"), now))
             if code == ERROR_NOT_ALLOWED_TO_SEND:
-                return Outcome.transient(f"{described}; transport paused for {self.auth_pause_seconds:g} s",
-                                         reply_code=status, pause_seconds=self.auth_pause_seconds,
-                                         charge_attempt=False)
+                return Outcome.paused(f"{described}; transport paused for {self.auth_pause_seconds:g} s",
+                                      self.auth_pause_seconds, reply_code=status)
             return Outcome.permanent(described, reply_code=status)
         if status >= 500:
             return Outcome.ambiguous(f"{described}; Postmark may have accepted the message (no idempotency key)",

@@ -119,8 +119,7 @@ class ResendApi(KeyedApi):
                 else:
                     pause = MONTHLY_QUOTA_PAUSE_SECONDS
                 pause = max(pause, 1.0)
-                return Outcome.transient(f"{described}; transport paused for {pause:.0f} s",
-                                         reply_code=status, pause_seconds=pause, charge_attempt=False)
+                return Outcome.paused(f"{described}; transport paused for {pause:.0f} s", pause, reply_code=status)
             return Outcome.transient(described, reply_code=status, retry_after_seconds=retry_after)
         if 400 <= status < 500:
             return Outcome.permanent(described, reply_code=status)

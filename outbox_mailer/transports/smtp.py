@@ -24,15 +24,15 @@ happened, which is what decides the outcome:
   :mod:`.smtp_attempt`;
 * a refusal about our account rather than the message (530 authentication
   required, relaying denied; the exact rule is in :mod:`.smtp_replies`):
-  transient, not charged, and the transport asks to be paused
-  (``pause_seconds``, like refused credentials of an API transport); the
+  ``Outcome.paused`` (not charged; the transport is paused for
+  ``pause_seconds``, like refused credentials of an API transport); the
   daemon's gate logs the pause with the reply.
 
 After a refusal (other than 421) RSET keeps the connection usable.
 
 Failures while setting a session up (connect, greeting, EHLO, STARTTLS,
 AUTH) are the server's or the configuration's, not the message's: the
-outcome is transient with ``charge_attempt=False``, and :meth:`check`
+outcome is ``Outcome.unreachable`` (not charged), and :meth:`check`
 raises :class:`~outbox_mailer.errors.TransportUnavailable` for them.
 
 :meth:`check` then probes the account without sending anything: ``MAIL
@@ -242,7 +242,7 @@ class SmtpTransport:
         if problem is not None:
             return Outcome.permanent(problem)
         if self._closed:
-            return Outcome.transient(f"transport {self.name!r} is closed", charge_attempt=False)
+            return Outcome.held_back(f"transport {self.name!r} is closed")
         header = self._settings.idempotency_header
         if header:
             key = idempotency_key(delivery, message)

@@ -74,9 +74,7 @@ class SetupError(Exception):
         self.enhanced_code = replies.classify_reply(code, text)[1] if code else None
 
     def outcome(self) -> Outcome:
-        return Outcome.transient(
-            str(self), reply_code=self.code, enhanced_code=self.enhanced_code, charge_attempt=False
-        )
+        return Outcome.unreachable(str(self), reply_code=self.code, enhanced_code=self.enhanced_code)
 
 
 @dataclass(eq=False, slots=True)

@@ -34,7 +34,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import replace
 
-from ..delivery import Outcome, OutcomeKind, RefusedRecipient
+from ..delivery import Cause, Outcome, OutcomeKind, RefusedRecipient
 from . import AUTH_PAUSE_SECONDS
 
 __all__ = [
@@ -115,14 +115,13 @@ def account_refusal(code: int, text: str, *, envelope: bool = True) -> bool:
 
 
 def _account_refused(phase: str, code: int, text: str, refused: Iterable[RefusedRecipient]) -> Outcome:
-    return Outcome.transient(
+    return Outcome.paused(
         f"{phase}: {code} {one_line(text)}: the server refuses mail from this account (authentication "
         f"required or relaying denied: check smtp.username and smtp.password); transport paused for "
         f"{AUTH_PAUSE_SECONDS:g} s",
         reply_code=code,
         enhanced_code=classify_reply(code, text)[1],
         refused=tuple(refused),
-        charge_attempt=False,
         pause_seconds=AUTH_PAUSE_SECONDS,
     )
 
@@ -145,7 +144,7 @@ def refusal(phase: str, code: int, text: str, refused: Iterable[RefusedRecipient
         return _account_refused(phase, code, text, refused)
     kind, enhanced = classify_reply(code, text)
     return Outcome(
-        kind,
+        Cause(kind),
         error=f"{phase}: {code} {one_line(text)}",
         reply_code=code,
         enhanced_code=enhanced,
@@ -162,7 +161,7 @@ def all_refused(refused: list[RefusedRecipient]) -> Outcome:
     deciding = temporary[0] if temporary else refused[0]
     kind = OutcomeKind.TRANSIENT if temporary else OutcomeKind.PERMANENT
     return Outcome(
-        kind,
+        Cause(kind),
         error=_refusals(refused, "" if len(refused) == 1 else "all recipients refused: "),
         reply_code=deciding.reply_code,
         enhanced_code=classify_reply(deciding.reply_code or 0, deciding.message)[1],

@@ -81,7 +81,7 @@ def test_row_max_attempts_overrides_default() -> None:
 
 
 def test_uncharged_attempt_is_refunded_and_never_exhausts() -> None:
-    t = decide(row(attempts=5), Outcome.transient("server unreachable", charge_attempt=False), NOW, POLICY, 0.5)
+    t = decide(row(attempts=5), Outcome.unreachable("server unreachable"), NOW, POLICY, 0.5)
     assert t.status is Status.PENDING and t.refund_attempt
 
 
