@@ -4,18 +4,20 @@
 outcomes as the recorder writes them and claim batches as the claim loop takes them.
 ``async with metrics.serve(daemon):`` around ``daemon.run()`` binds
 ``settings.metrics_address`` (a clear :class:`ConfigurationError` when it cannot),
-serves HTTP from a small thread pool, and runs two refresh tasks in the event loop:
+serves HTTP in the daemon's event loop (a Starlette app on uvicorn, see http_server.py for
+the request timeout, connection cap and shutdown), and runs two refresh tasks:
 
 * every second, a snapshot of the daemon (health, in flight, reconnects, pauses),
-  so the HTTP threads never touch the event loop's state;
+  which the endpoints and the scrape-time gauges read;
 * every ``stats_interval_seconds``, the queue statistics (rows per status, due now,
   age of the oldest due row) on the metrics' own one-connection pool.
 
-Leaving the block stops both tasks, the HTTP server and its threads, and closes the pool.
+Leaving the block stops both tasks and the HTTP server (without waiting for slow
+clients), and closes the pool.
 
 Endpoints: ``GET /metrics`` (Prometheus text format, or OpenMetrics when asked),
 ``/healthz`` (200 while the claim loop turns), ``/readyz`` (200 while the database
-answers and no transport is paused); anything else 404.
+answers and no transport is paused); any other path 404; GET and HEAD only (else 405).
 """
 
 from __future__ import annotations
@@ -23,25 +25,26 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import socket
-import socketserver
-import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 import anyio
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 
-from .config import Settings, parse_listen_address
+from .config import Settings
 from .delivery import OutcomeKind, Status
 from .errors import ConfigurationError, DatabaseError
+from .http_server import serve_http
 from .store import OutcomeWrite, Store
 
 if TYPE_CHECKING:
@@ -57,9 +60,7 @@ BATCH_BUCKETS = (0, 1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000)
 SNAPSHOT_INTERVAL_SECONDS = 1.0
 STATS_INTERVAL_SECONDS = 10.0
 STATS_TIMEOUT_SECONDS = 10.0
-MAX_REQUEST_THREADS = 8  # concurrent HTTP requests; more are refused (connection closed)
-REQUEST_TIMEOUT_SECONDS = 5.0  # a client that sends nothing for this long is dropped
-THREAD_NAME = "outbox-mailer-metrics"
+PATHS = ("/metrics", "/healthz", "/readyz")
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +112,7 @@ class Metrics:
         self.stats_refreshed_at: float | None = None  # unix time
         self._stats_ok = True
         self._store: Store | None = None
+        self.serving = False  # True while the HTTP server is bound
 
     def _init_labels(self) -> None:
         """Every configured transport shows 0 from the start, so rate() works from the first scrape."""
@@ -196,39 +198,52 @@ class Metrics:
     async def serve(self, daemon: Daemon) -> AsyncIterator[tuple[str, int]]:
         """Serve HTTP and refresh the gauges while the block runs; yields the bound (host, port)."""
         self.attach(daemon)
-        server = self._bind()
-        thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, name=THREAD_NAME,
-                                  daemon=True)
-        thread.start()
-        host, port = server.server_address[:2]
-        log.info("metrics on http://%s:%d/metrics (/healthz, /readyz)", f"[{host}]" if ":" in host else host, port)
+        if not self.address:
+            raise ConfigurationError("metrics_address is not set", setting="OUTBOX_MAILER_METRICS_ADDRESS")
         try:
-            async with anyio.create_task_group() as tasks:
-                tasks.start_soon(self._snapshot_loop, daemon)
-                tasks.start_soon(self._stats_loop)
-                try:
-                    yield host, port
-                finally:
-                    tasks.cancel_scope.cancel()
+            async with serve_http(self.asgi_app(), self.address, setting="OUTBOX_MAILER_METRICS_ADDRESS") as bound:
+                host, port = bound
+                self.serving = True
+                log.info("metrics on http://%s:%d/metrics (/healthz, /readyz)",
+                         f"[{host}]" if ":" in host else host, port)
+                async with anyio.create_task_group() as tasks:
+                    tasks.start_soon(self._snapshot_loop, daemon)
+                    tasks.start_soon(self._stats_loop)
+                    try:
+                        yield host, port
+                    finally:
+                        tasks.cancel_scope.cancel()
         finally:
+            self.serving = False  # the port is closed and every connection gone
             with anyio.CancelScope(shield=True):
-                await anyio.to_thread.run_sync(_shut_down, server, thread)
                 if self._store is not None:
                     await self._store.close()
                     self._store = None
 
-    def _bind(self) -> _Server:
-        if not self.address:
-            raise ConfigurationError("metrics_address is not set", setting="OUTBOX_MAILER_METRICS_ADDRESS")
-        host, port = parse_listen_address(self.address)
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        try:
-            return _Server((host, port), self, family)
-        except OSError as exc:
-            raise ConfigurationError(
-                f"OUTBOX_MAILER_METRICS_ADDRESS={self.address}: cannot listen there: {exc.strerror or exc}",
-                setting="OUTBOX_MAILER_METRICS_ADDRESS",
-            ) from exc
+    def asgi_app(self) -> Starlette:
+        """GET/HEAD ``/metrics``, ``/healthz``, ``/readyz``; a JSON 404 naming them for any other path."""
+
+        def metrics_page(request: Request) -> tuple[int, bytes, str]:
+            encoder, content_type = choose_encoder(request.headers.get("accept", ""))
+            return 200, encoder(self.registry), content_type
+
+        def health(check: Callable[[], tuple[int, dict[str, Any]]]) -> Callable[[Request], tuple[int, bytes, str]]:
+            def page(request: Request) -> tuple[int, bytes, str]:
+                status, doc = check()
+                return status, json.dumps(doc).encode(), JSON
+            return page
+
+        async def http_error(request: Request, exc: Exception) -> Response:
+            if isinstance(exc, HTTPException) and exc.status_code != 404:
+                return _response(exc.status_code, json.dumps({"error": exc.detail}).encode(), JSON, exc.headers)
+            return _response(404, json.dumps({"error": "not found", "paths": list(PATHS)}).encode(), JSON)
+
+        routes = [Route(path, _answering(page), methods=["GET"])  # HEAD comes with GET
+                  for path, page in zip(PATHS, (metrics_page, health(self.liveness), health(self.readiness)),
+                                        strict=True)]
+        app = Starlette(routes=routes, exception_handlers={404: http_error, 405: http_error})
+        app.router.redirect_slashes = False  # /metrics/ is a 404, as it always was
+        return app
 
     async def _snapshot_loop(self, daemon: Daemon) -> None:
         while True:
@@ -313,87 +328,23 @@ class _StateCollector(Collector):
                                     value=float(snap.health.get("in_flight", 0)))
 
 
-class _Server(ThreadingHTTPServer):
-    """Threads per request, at most MAX_REQUEST_THREADS at once, joined on close."""
+JSON = "application/json"
 
-    daemon_threads = False
-    block_on_close = True
 
-    def __init__(self, address: tuple[str, int], metrics: Metrics, family: socket.AddressFamily) -> None:
-        self.address_family = family
-        self.metrics = metrics
-        self._slots = threading.BoundedSemaphore(MAX_REQUEST_THREADS)
-        super().__init__(address, _Handler)
+def _answering(page: Callable[[Request], tuple[int, bytes, str]]) -> Callable[[Request], Any]:
+    """An endpoint answering ``page``'s (status, body, content type); a 500 naming the error if it raises."""
 
-    def server_bind(self) -> None:
-        socketserver.TCPServer.server_bind(self)  # HTTPServer's would do a reverse DNS lookup
-        self.server_name, self.server_port = str(self.server_address[0]), int(self.server_address[1])
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        if not self._slots.acquire(blocking=False):
-            self.shutdown_request(request)  # too many at once: refuse rather than queue threads
-            return
+    async def endpoint(request: Request) -> Response:
         try:
-            super().process_request(request, client_address)
-        except BaseException:
-            self._slots.release()
-            raise
-
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
-        threading.current_thread().name = f"{THREAD_NAME}-request"
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self._slots.release()
-
-
-def _shut_down(server: _Server, thread: threading.Thread) -> None:
-    server.shutdown()  # returns once serve_forever has returned
-    server.server_close()  # closes the port, joins request threads (each bounded by the request timeout)
-    thread.join()
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server: _Server
-    timeout = REQUEST_TIMEOUT_SECONDS
-    protocol_version = "HTTP/1.0"  # one request per connection: no idle keep-alive threads
-    server_version = "outbox-mailer"
-    sys_version = ""
-
-    def do_GET(self) -> None:
-        self._respond(send_body=True)
-
-    def do_HEAD(self) -> None:
-        self._respond(send_body=False)
-
-    def _respond(self, *, send_body: bool) -> None:
-        metrics = self.server.metrics
-        path = urlsplit(self.path).path
-        content_type = "application/json"
-        try:
-            if path == "/metrics":
-                encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
-                status, body = 200, encoder(metrics.registry)
-            elif path == "/healthz":
-                status, doc = metrics.liveness()
-                body = json.dumps(doc).encode()
-            elif path == "/readyz":
-                status, doc = metrics.readiness()
-                body = json.dumps(doc).encode()
-            else:
-                status, body = 404, json.dumps({"error": "not found", "paths": ["/metrics", "/healthz",
-                                                                               "/readyz"]}).encode()
+            status, body, content_type = page(request)
         except Exception as exc:
-            log.exception("metrics: error answering %s", path)
-            status, content_type = 500, "application/json"
-            body = json.dumps({"error": f"{type(exc).__name__}"}).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.send_header("Cache-Control", "no-store")
-        self.end_headers()
-        if send_body:
-            self.wfile.write(body)
+            log.exception("metrics: error answering %s", request.url.path)
+            status, body, content_type = 500, json.dumps({"error": f"{type(exc).__name__}"}).encode(), JSON
+        return _response(status, body, content_type)
 
-    def log_message(self, format: str, *args: Any) -> None:
-        log.debug("metrics http %s: " + format, self.client_address[0], *args)
+    return endpoint
+
+
+def _response(status: int, body: bytes, content_type: str, headers: dict[str, str] | None = None) -> Response:
+    return Response(body, status_code=status, media_type=content_type,
+                    headers={"Cache-Control": "no-store", **(headers or {})})

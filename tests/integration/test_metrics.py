@@ -7,7 +7,6 @@ import os
 import socket
 import subprocess
 import sys
-import threading
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -20,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from outbox_mailer.config import Settings, load_settings
 from outbox_mailer.daemon import Daemon
 from outbox_mailer.errors import ConfigurationError
-from outbox_mailer.metrics import THREAD_NAME, Metrics
+from outbox_mailer.metrics import Metrics
 from outbox_mailer.store import Store
 from outbox_mailer.transports.smtp import SmtpTransport
 from tests.integration.conftest import Running, insert, settings_for
@@ -163,7 +162,7 @@ async def test_readyz_follows_a_transport_pause_and_the_server_is_gone_after_sto
     base = m.base
     m.daemon.stop()
     with anyio.fail_after(10):
-        while not m.daemon._stopping.is_set() or any(t.name.startswith(THREAD_NAME) for t in threading.enumerate()):
+        while not m.daemon._stopping.is_set() or m.metrics.serving:
             await anyio.sleep(0.05)
     with pytest.raises(httpx.ConnectError):
         async with httpx.AsyncClient(timeout=2) as client:
