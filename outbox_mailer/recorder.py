@@ -1,10 +1,11 @@
 """Writing outcomes: batched, fenced, retried while the database is away.
 
-Send tasks put an :class:`OutcomeWrite` into the recorder's stream; the
+The executor :meth:`submits <Recorder.submit>` an :class:`OutcomeWrite`; the
 recorder takes whatever is ready (up to ``RECORD_BATCH``), writes it in one
-statement fenced on each row's claim, leaves the rows' advisory locks to the
-claim loop's next claim (or releases them at once when the loop is waiting
-for work), and logs. Logging: one line per retry, failure, in-doubt row and lost claim
+statement fenced on each row's claim (the claim session then releases the
+rows' advisory locks by its own rule: see ``ClaimSession``), tells
+:class:`~outbox_mailer.inflight.InFlight` the rows are done, and logs.
+Logging: one line per retry, failure, in-doubt row and lost claim
 (INFO/WARNING); a sent row gets its own line at DEBUG only, and at INFO a
 progress line sums up what was recorded, at most every ``PROGRESS_SECONDS``
 (the attempts table and ``outbox-mailer status`` are the per-email record; a
@@ -23,6 +24,7 @@ import anyio
 
 from .delivery import Status
 from .errors import DatabaseError, DatabaseUnavailable
+from .inflight import InFlight
 from .sessions import RECONNECT_MAX_SECONDS, DaemonSessions
 from .store import OutcomeWrite
 
@@ -34,19 +36,20 @@ COUNTED = {Status.SENT: "sent", Status.FAILED: "failed", Status.PENDING: "retrie
 
 
 class Recorder:
-    def __init__(self, db: DaemonSessions, stopping: anyio.Event,
-                 on_recorded: Callable[[Sequence[OutcomeWrite]], None],
-                 observe: Callable[[OutcomeWrite, bool], None] | None = None,
-                 defer_release: Callable[[], bool] = lambda: False) -> None:
+    def __init__(self, db: DaemonSessions, stopping: anyio.Event, inflight: InFlight,
+                 observe: Callable[[OutcomeWrite, bool], None] | None = None) -> None:
         self._db = db
-        self._defer_release = defer_release  # true while a claim is coming that can release the locks
         self._stopping = stopping
-        self._on_recorded = on_recorded  # called after each batch from the stream (frees send slots)
+        self._inflight = inflight  # told after each batch from the stream (frees send slots)
         self._observe = observe  # called for every write, with whether it applied (metrics)
         self.counts = {"sent": 0, "failed": 0, "retried": 0, "in_doubt": 0, "claim_lost": 0}
         self._reported = dict(self.counts)  # counts at the last progress line
         self._reported_at = -math.inf
         self.inbox, self._outbox = anyio.create_memory_object_stream[OutcomeWrite](math.inf)
+
+    def submit(self, write: OutcomeWrite) -> None:
+        """Queue one outcome (never waits: the stream is unbounded, at most one write per row held)."""
+        self.inbox.send_nowait(write)
 
     async def run(self) -> None:
         """Drain the stream until it is closed and empty; each write shielded from cancellation."""
@@ -59,7 +62,7 @@ class Recorder:
                     break
             with anyio.CancelScope(shield=True):
                 await self.record(batch)
-            self._on_recorded(batch)
+            self._inflight.recorded(batch)
             self._progress(anyio.current_time())
 
     def _progress(self, now: float) -> None:
@@ -76,7 +79,7 @@ class Recorder:
         self._reported, self._reported_at = dict(self.counts), now
 
     async def record(self, batch: Sequence[OutcomeWrite]) -> None:
-        """Write outcomes, then release their locks (now, or with the next claim). Retries while the database is away.
+        """Write outcomes (their locks are then the claim session's to release). Retries while the database is away.
 
         Gives up, leaving the rows in ``sending`` for a rescuer, only on an error
         that is not a lost connection and repeats, or when stopping and the
@@ -87,9 +90,7 @@ class Recorder:
             tries += 1
             try:
                 session = await self._db.claim_session()
-                updated = await session.record_outcomes(batch, defer_release=self._defer_release())
-                if not self._defer_release():
-                    await session.release_deferred()  # the claim loop went idle meanwhile
+                updated = await session.record_outcomes(batch)
             except DatabaseError as exc:
                 unavailable = isinstance(exc, DatabaseUnavailable)
                 await self._db.failed(exc)

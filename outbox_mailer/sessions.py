@@ -12,7 +12,8 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import AsyncIterator, Callable, Sequence
 
 import anyio
 
@@ -44,6 +45,7 @@ class DaemonSessions:
         self._listener: Listener | None = None
         self._lock = anyio.Lock()
         self._opened_before = False
+        self._idle = False  # the claim loop waits for work (see ClaimSession's lock rule)
         self.reconnects = 0
 
     async def claim_session(self) -> ClaimSession:
@@ -65,6 +67,8 @@ class DaemonSessions:
                     self.reconnects += 1
                     log.info("database connection re-established")
                     await self._relock(session)
+                if self._idle:
+                    await session.go_idle()
                 self._claim, self._opened_before = session, True
             return self._claim
 
@@ -76,6 +80,30 @@ class DaemonSessions:
         for key in taken:
             log.warning("lock lost key=%s: another session holds it since the reconnect", key)
         log.info("re-took %d of %d in-flight advisory locks", len(keys) - len(taken), len(keys))
+
+    @contextlib.asynccontextmanager
+    async def idle(self) -> AsyncIterator[None]:
+        """While the claim loop waits for work: no claim is coming to carry the unlocks, so the
+        claim session releases them now and after each later write (across a reconnect too)."""
+        self._idle = True
+        try:
+            await (await self.claim_session()).go_idle()
+        except DatabaseError as exc:
+            if not self._stopping.is_set():
+                await self.failed(exc)  # closing the session releases every lock it held
+        try:
+            yield
+        finally:
+            self._idle = False
+
+    async def stop_claiming(self) -> None:
+        """The claim loop ended: from now on every outcome is unlocked right after its write."""
+        self._idle = True
+        if self._claim is not None and not self._claim.is_closed():
+            try:
+                await self._claim.go_idle()
+            except DatabaseError as exc:
+                await self.failed(exc)
 
     async def failed(self, exc: Exception) -> None:
         """A statement on the claim session failed: drop it (its locks go with it); the next use reconnects."""

@@ -8,6 +8,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import anyio
 import asyncpg
@@ -42,6 +43,34 @@ class OutcomeWrite:
     attempt: AttemptRecord
 
 
+def outcome_parameters(writes: Sequence[OutcomeWrite]) -> tuple[list[Any], ...]:
+    """The parameters of the record_outcomes query, $1 to $20, one array element per write."""
+    t = [w.transition for w in writes]
+    a = [w.attempt for w in writes]
+    return (
+        [w.delivery.id for w in writes],  # $1, also the attempts' delivery_id
+        [w.delivery.claim_token for w in writes],  # $2: the fence
+        [x.status.value for x in t],
+        [x.scheduled_at for x in t],
+        [x.last_error for x in t],
+        [x.provider_message_id for x in t],
+        [x.sent_at for x in t],
+        [1 if x.refund_attempt else 0 for x in t],
+        [json.dumps(x.retry_recipients) if x.retry_recipients is not None else None for x in t],
+        [json.dumps(x.refused_recipients) if x.refused_recipients else None for x in t],  # $10
+        [x.attempt for x in a],  # $11
+        [x.started_at for x in a],
+        [x.finished_at for x in a],
+        [x.outcome.value for x in a],
+        [x.reply_code for x in a],
+        [x.enhanced_code for x in a],
+        [x.error for x in a],
+        [x.transport for x in a],
+        [x.worker for x in a],
+        [_refused_json(x.refused) for x in a],  # $20
+    )
+
+
 def _refused_json(refused: Sequence[RefusedRecipient]) -> str | None:
     if not refused:
         return None
@@ -50,14 +79,25 @@ def _refused_json(refused: Sequence[RefusedRecipient]) -> str | None:
 
 
 class ClaimSession:
-    """The daemon's claiming connection (holds the per-key advisory locks)."""
+    """The daemon's claiming connection: claims, outcome writes and the per-key advisory locks.
+
+    It alone releases the locks, by one rule: **a key is unlocked exactly once,
+    after its outcome is committed, and an idle daemon holds no locks.** While
+    the claim loop claims, :meth:`record_outcomes` leaves the unlocks to the
+    next :meth:`claim_due`, which releases them before it locks anything (one
+    round trip fewer per batch; the rows are final or scheduled later by then,
+    so a lock held a little longer only keeps what it already kept). When the
+    claim loop waits for work it calls :meth:`go_idle`, which releases what was
+    left; until the next claim, outcomes are then unlocked right after their
+    write. A key this session locked twice (re-entrantly) is unlocked twice.
+    Closing the session releases every lock it holds.
+    """
 
     def __init__(self, conn: asyncpg.Connection) -> None:
         self._conn = conn
         self._lock = anyio.Lock()
-        # keys whose outcome is committed and whose lock the next claim releases (a list: a key
-        # this session locked twice, re-entrantly, is released twice)
-        self._unlock_later: list[str] = []
+        self._unlock_later: list[str] = []  # committed outcomes' keys, for the next claim
+        self._idle = False  # no claim is coming: unlock right after each write
 
     @property
     def deferred_unlocks(self) -> int:
@@ -82,6 +122,7 @@ class ClaimSession:
         """Claim due rows; a row that cannot be read comes back with ``defect`` set (see rows.py)."""
         token = uuid.uuid4()
         async with self._lock:
+            self._idle = False
             # on an error the session is closed and its locks go with it: nothing to keep
             unlock, self._unlock_later = self._unlock_later, []
             with translate_errors():
@@ -89,14 +130,13 @@ class ClaimSession:
                                               unlock, max_content_bytes)
         return [delivery_from_row(r, max_content_bytes) for r in rows]
 
-    async def release_deferred(self) -> int:
-        """Release now the locks kept for the next claim (before waiting for work); returns how many."""
-        if not self._unlock_later:
-            return 0
+    async def go_idle(self) -> int:
+        """The claim loop waits for work: release the locks kept for the next claim, and release
+        later outcomes' locks right after their write, until the next claim. Returns how many."""
         async with self._lock:
+            self._idle = True
             unlock, self._unlock_later = self._unlock_later, []
-            with translate_errors():
-                return await self._conn.fetchval(sql("release_locks"), unlock)
+        return await self.release_locks(unlock)
 
     async def attempts_recorded(self, writes: Sequence[OutcomeWrite]) -> set[int]:
         """Ids among ``writes`` whose attempt row exists (their outcome was committed before)."""
@@ -118,54 +158,24 @@ class ClaimSession:
             with translate_errors():
                 return [r["dedupe_key"] for r in await self._conn.fetch(sql("relock"), list(keys))]
 
-    async def record_outcomes(self, writes: Sequence[OutcomeWrite], *, release: bool = True,
-                              defer_release: bool = False) -> set[int]:
-        """Apply transitions fenced on the claim, then (``release``) unlock their keys.
-
-        The unlock follows the commit: back to back on this session, or, with
-        ``defer_release``, inside the next :meth:`claim_due` (one round trip
-        fewer per batch; the rows are final or scheduled later by then, so a
-        lock held a little longer only keeps what it already kept). Returns the
-        ids whose claim was still ours.
-        """
+    async def record_outcomes(self, writes: Sequence[OutcomeWrite]) -> set[int]:
+        """Apply transitions fenced on the claim; their keys are unlocked by the class's rule.
+        Returns the ids whose claim was still ours."""
         if not writes:
             return set()
-        t = [w.transition for w in writes]
-        a = [w.attempt for w in writes]
-        ids = [w.delivery.id for w in writes]
-        args = (
-            ids,
-            [w.delivery.claim_token for w in writes],
-            [x.status.value for x in t],
-            [x.scheduled_at for x in t],
-            [x.last_error for x in t],
-            [x.provider_message_id for x in t],
-            [x.sent_at for x in t],
-            [1 if x.refund_attempt else 0 for x in t],
-            ids,
-            [x.attempt for x in a],
-            [x.started_at for x in a],
-            [x.finished_at for x in a],
-            [x.outcome.value for x in a],
-            [x.reply_code for x in a],
-            [x.enhanced_code for x in a],
-            [x.error for x in a],
-            [x.transport for x in a],
-            [x.worker for x in a],
-            [json.dumps(x.retry_recipients) if x.retry_recipients is not None else None for x in t],
-            [json.dumps(x.refused_recipients) if x.refused_recipients else None for x in t],
-            [_refused_json(x.refused) for x in a],
-        )
+        args = outcome_parameters(writes)
         async with self._lock:
             with translate_errors():
                 rows = await self._conn.fetch(sql("record_outcomes"), *args)
-                if release and defer_release:
-                    self._unlock_later.extend(w.delivery.dedupe_key for w in writes)
-                elif release:
-                    await self._conn.fetchval(sql("release_locks"), [w.delivery.dedupe_key for w in writes])
+            idle = self._idle
+            if not idle:
+                self._unlock_later.extend(w.delivery.dedupe_key for w in writes)
+        if idle:
+            await self.release_locks([w.delivery.dedupe_key for w in writes])
         return {r["id"] for r in rows}
 
     async def release_locks(self, keys: Sequence[str]) -> int:
+        """Unlock these keys once each (their outcomes are committed); returns how many were held."""
         if not keys:
             return 0
         async with self._lock:

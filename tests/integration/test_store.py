@@ -101,10 +101,10 @@ async def test_a_key_locked_by_another_session_is_skipped(db_url: str, store: St
     try:
         first = await holder.claim_due(1, "holder")
         # put the claimed row back to pending while the holder keeps its advisory lock
-        await holder.record_outcomes([write_for(first[0], Status.PENDING)], release=False)
+        await holder.record_outcomes([write_for(first[0], Status.PENDING)])  # unlock left for the next claim
         second = await other.claim_due(10, "other")
         assert [d.dedupe_key for d in second] == ["k2"], "the key still locked by the holder must be skipped"
-        await holder.release_locks([first[0].dedupe_key])
+        assert await holder.go_idle() == 1
         third = await other.claim_due(10, "other")
         assert [d.dedupe_key for d in third] == [first[0].dedupe_key]
     finally:
@@ -119,16 +119,15 @@ async def test_a_deferred_unlock_holds_the_key_until_the_next_claim(db_url: str,
     try:
         [delivery] = await holder.claim_due(1, "holder")
         # back to pending and due now: only the advisory lock can keep another session off it
-        assert await holder.record_outcomes([write_for(delivery, Status.PENDING)], defer_release=True) == {
-            delivery.id}
+        assert await holder.record_outcomes([write_for(delivery, Status.PENDING)]) == {delivery.id}
         assert holder.deferred_unlocks == 1
         assert await other.claim_due(10, "other") == [], "the outcome committed but the lock is still held"
         # the holder's next claim releases the lock first, then claims (here: re-takes the same row)
         again = await holder.claim_due(10, "holder")
         assert [d.id for d in again] == [delivery.id] and holder.deferred_unlocks == 0
-        await holder.record_outcomes([write_for(again[0], Status.PENDING)], defer_release=True)
+        await holder.record_outcomes([write_for(again[0], Status.PENDING)])
         assert await other.claim_due(10, "other") == [], "re-taken: held once more, not leaked nor doubled"
-        assert await holder.release_deferred() == 1
+        assert await holder.go_idle() == 1
         assert [d.id for d in await other.claim_due(10, "other")] == [delivery.id]
         held = await holder._conn.fetchval(
             "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()")
@@ -306,3 +305,21 @@ async def test_rows_of_a_paused_transport_are_not_claimed(db_url: str, store: St
         assert [d.dedupe_key for d in await session.claim_due(10, "w", paused=[])] == ["k1"]
     finally:
         await session.close()
+
+
+async def test_an_idle_session_unlocks_each_outcome_right_after_its_write(db_url: str, store: Store) -> None:
+    await insert_rows(store, 1)
+    holder = await ClaimSession.open(db_url)
+    other = await ClaimSession.open(db_url)
+    try:
+        [delivery] = await holder.claim_due(1, "holder")
+        assert await holder.go_idle() == 0, "the claimed key is not committed yet: it stays locked"
+        await holder.record_outcomes([write_for(delivery, Status.PENDING)])
+        assert holder.deferred_unlocks == 0
+        held = await holder._conn.fetchval(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()")
+        assert held == 0, "idle: no claim is coming to carry the unlock"
+        assert [d.id for d in await other.claim_due(10, "other")] == [delivery.id]
+    finally:
+        await holder.close()
+        await other.close()

@@ -1,4 +1,4 @@
-"""TransportGate's queue and workers (no sockets: a transport that never waits)."""
+"""A lane's queue and workers (no sockets: a handler that never waits)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,7 @@ from typing import Any
 import anyio
 import pytest
 
-from outbox_mailer.breaker import Breaker
-from outbox_mailer.gate import QUEUE_PER_WORKER, YIELD_EVERY_ROWS, TransportGate
+from outbox_mailer.lanes import QUEUE_PER_WORKER, YIELD_EVERY_ROWS, Lane
 
 pytestmark = pytest.mark.anyio
 
@@ -20,8 +19,8 @@ class Instant:
     idempotency_window_seconds = None
 
 
-def gate() -> TransportGate:
-    return TransportGate("instant", Instant(), Breaker(1.0, 2.0), None)  # type: ignore[arg-type]
+def gate() -> Lane:
+    return Lane("instant", Instant.max_parallel)
 
 
 async def test_rows_are_handled_in_order_and_other_tasks_run_between_them() -> None:
