@@ -1,39 +1,14 @@
 -- Every runtime query of outbox-mailer, one named block each.
 -- A block starts with `-- name: <name>` followed by a one-line description
 -- comment; the name matches the Store method that runs it. Loaded once by
--- outbox_mailer/queries.py; tests/integration/test_queries.py prepares every
+-- outbox_mailer/queries.py; tests/integration/test_queries_prepare.py prepares every
 -- block against a migrated database.
 --
--- Advisory locks: session level, 64-bit, namespaced by hashing
--- 'outbox-mailer:' || dedupe_key. A hash collision between two keys can only
--- make one wait for the other, never let two daemons hold one key.
+-- Advisory locks: session level, 64-bit, the key of each row given by the SQL
+-- function outbox_mailer_lock_key(dedupe_key) (sql/0007_lock_key.sql).
 
--- name: claim_due
--- First release this session's advisory locks of keys $6 (outcomes committed earlier; a key held twice appears twice), then claim up to $1 due rows for worker $3 with claim token $2, taking the per-key advisory lock of each; rows whose transport (null = $5) is in $4 (paused) are left alone. The content of a row larger than $7 bytes is not returned (the daemon fails it unread); timestamps come as epoch seconds and JSON as text, so that no value can break the decoding of the whole batch.
-WITH released AS (
-    -- referenced below as a one-time filter, so it runs once, before any row is locked
-    SELECT count(*) FILTER (WHERE pg_advisory_unlock(hashtextextended('outbox-mailer:' || k, 0))) AS n
-    FROM unnest($6::text[]) AS k
-), candidates AS (
-    SELECT id, dedupe_key
-    FROM email_deliveries
-    WHERE status = 'pending' AND scheduled_at <= now()
-      AND coalesce(transport, $5::text) <> ALL ($4::text[])
-      AND (SELECT n FROM released) >= 0
-    ORDER BY priority DESC, scheduled_at, id
-    LIMIT $1
-    FOR UPDATE SKIP LOCKED
-), locked AS (
-    SELECT id FROM candidates
-    WHERE pg_try_advisory_lock(hashtextextended('outbox-mailer:' || dedupe_key, 0))
-), claimed AS (
-    UPDATE email_deliveries d
-    SET status = 'sending', claim_token = $2, claimed_at = now(), claimed_by = $3,
-        attempts = d.attempts + 1, first_attempt_at = coalesce(d.first_attempt_at, now()), updated_at = now()
-    FROM locked
-    WHERE d.id = locked.id
-    RETURNING d.*
-)
+-- fragment: claimed_row
+-- The columns of a claimed row, as store/rows.py decodes them (with row_size: d is the row, s its size).
 SELECT d.id, d.dedupe_key, d.claim_token, d.attempts, d.max_attempts, d.transport, d.priority,
        extract(epoch FROM d.scheduled_at)::float8 AS scheduled_at,
        extract(epoch FROM d.expires_at)::float8 AS expires_at,
@@ -51,28 +26,62 @@ SELECT d.id, d.dedupe_key, d.claim_token, d.attempts, d.max_attempts, d.transpor
        CASE WHEN s.fits THEN d.headers::text END AS headers,
        CASE WHEN s.fits THEN d.attachments::text END AS attachments,
        CASE WHEN s.fits THEN d.metadata::text END AS metadata
+
+-- fragment: row_size
+-- s.content_bytes and s.fits (the content is within l.limit_bytes); content_bytes is null only for rows older than schema 6.
+LATERAL (SELECT coalesce(d.content_bytes, octet_length(d.subject) + coalesce(octet_length(d.text_body), 0)
+             + coalesce(octet_length(d.html_body), 0) + octet_length(d.attachments::text)) AS content_bytes) b,
+LATERAL (SELECT b.content_bytes, b.content_bytes <= l.limit_bytes AS fits) s
+
+-- name: claim_due
+-- First release this session's advisory locks of keys $6 (outcomes committed earlier; a key held twice appears twice), then claim up to $1 due rows for worker $3 with claim token $2, taking the per-key advisory lock of each; rows whose transport (null = $5) is in $4 (paused) are left alone. The content of a row larger than $7 bytes is not returned (the daemon fails it unread); timestamps come as epoch seconds and JSON as text, so that no value can break the decoding of the whole batch.
+WITH released AS (
+    -- referenced below as a one-time filter, so it runs once, before any row is locked
+    SELECT count(*) FILTER (WHERE pg_advisory_unlock(outbox_mailer_lock_key(k))) AS n
+    FROM unnest($6::text[]) AS k
+), candidates AS (
+    SELECT id, dedupe_key
+    FROM email_deliveries
+    WHERE status = 'pending' AND scheduled_at <= now()
+      AND coalesce(transport, $5::text) <> ALL ($4::text[])
+      AND (SELECT n FROM released) >= 0
+    ORDER BY priority DESC, scheduled_at, id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), locked AS (
+    SELECT id FROM candidates
+    WHERE pg_try_advisory_lock(outbox_mailer_lock_key(dedupe_key))
+), claimed AS (
+    UPDATE email_deliveries d
+    SET status = 'sending', claim_token = $2, claimed_at = now(), claimed_by = $3,
+        attempts = d.attempts + 1, first_attempt_at = coalesce(d.first_attempt_at, now()), updated_at = now()
+    FROM locked
+    WHERE d.id = locked.id
+    RETURNING d.*
+)
+-- include: claimed_row
 FROM claimed d,
-     LATERAL (SELECT coalesce(d.content_bytes, octet_length(d.subject) + coalesce(octet_length(d.text_body), 0)
-                  + coalesce(octet_length(d.html_body), 0) + octet_length(d.attachments::text)) AS content_bytes) b,
-     LATERAL (SELECT b.content_bytes, b.content_bytes <= $7 AS fits) s;
+     LATERAL (SELECT $7::bigint AS limit_bytes) l,
+     -- include: row_size
+;
 
 -- name: release_locks
 -- Release this session's advisory locks of the given dedupe keys (after their outcome committed).
-SELECT count(*) FILTER (WHERE pg_advisory_unlock(hashtextextended('outbox-mailer:' || k, 0)))
+SELECT count(*) FILTER (WHERE pg_advisory_unlock(outbox_mailer_lock_key(k)))
 FROM unnest($1::text[]) AS k;
 
 -- name: relock
 -- After a reconnect, take the advisory locks of in-flight keys again; returns the keys another session holds.
 SELECT k AS dedupe_key
 FROM unnest($1::text[]) AS k
-WHERE NOT pg_try_advisory_lock(hashtextextended('outbox-mailer:' || k, 0));
+WHERE NOT pg_try_advisory_lock(outbox_mailer_lock_key(k));
 
 -- name: record_outcomes
--- Apply decided transitions, fenced on (id, status = 'sending', claim_token); write every attempt. Returns the ids updated. Recipient lists travel as JSON text (null: none), one per row: asyncpg would take nested lists for a multi-dimensional array.
+-- Apply decided transitions, fenced on (id, status = 'sending', claim_token); write every attempt. Returns the ids updated. Parameters: store/claims.py outcome_parameters(). Recipient lists travel as JSON text (null: none), one per row: asyncpg would take nested lists for a multi-dimensional array.
 WITH decided AS (
     SELECT *
     FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::timestamptz[], $5::text[], $6::text[],
-                $7::timestamptz[], $8::integer[], $19::text[], $20::text[])
+                $7::timestamptz[], $8::integer[], $9::text[], $10::text[])
          AS o(id, claim_token, status, scheduled_at, last_error, provider_message_id, sent_at, refund,
               retry_recipients, refused_recipients)
 ), updated AS (
@@ -98,8 +107,8 @@ WITH decided AS (
         (delivery_id, attempt, started_at, finished_at, outcome, reply_code, enhanced_code, error, transport, worker,
          refused)
     SELECT a.*
-    FROM unnest($9::bigint[], $10::integer[], $11::timestamptz[], $12::timestamptz[], $13::text[],
-                $14::smallint[], $15::text[], $16::text[], $17::text[], $18::text[], $21::text[]::jsonb[])
+    FROM unnest($1::bigint[], $11::integer[], $12::timestamptz[], $13::timestamptz[], $14::text[],
+                $15::smallint[], $16::text[], $17::text[], $18::text[], $19::text[], $20::text[]::jsonb[])
          AS a(delivery_id, attempt, started_at, finished_at, outcome, reply_code, enhanced_code, error, transport,
               worker, refused)
     WHERE EXISTS (SELECT 1 FROM email_deliveries e WHERE e.id = a.delivery_id)
@@ -130,30 +139,14 @@ WITH stale AS (
     FOR UPDATE SKIP LOCKED
 ), locked AS (
     SELECT id FROM stale
-    WHERE pg_try_advisory_lock(hashtextextended('outbox-mailer:' || dedupe_key, 0))
+    WHERE pg_try_advisory_lock(outbox_mailer_lock_key(dedupe_key))
 )
-SELECT d.id, d.dedupe_key, d.claim_token, d.attempts, d.max_attempts, d.transport, d.priority,
-       extract(epoch FROM d.scheduled_at)::float8 AS scheduled_at,
-       extract(epoch FROM d.expires_at)::float8 AS expires_at,
-       extract(epoch FROM d.created_at)::float8 AS created_at,
-       extract(epoch FROM d.first_attempt_at)::float8 AS first_attempt_at,
-       s.content_bytes, d.retry_recipients,
-       CASE WHEN s.fits THEN d.from_address END AS from_address,
-       CASE WHEN s.fits THEN d.to_addresses END AS to_addresses,
-       CASE WHEN s.fits THEN d.cc_addresses END AS cc_addresses,
-       CASE WHEN s.fits THEN d.bcc_addresses END AS bcc_addresses,
-       CASE WHEN s.fits THEN d.reply_to END AS reply_to,
-       CASE WHEN s.fits THEN d.subject END AS subject,
-       CASE WHEN s.fits THEN d.text_body END AS text_body,
-       CASE WHEN s.fits THEN d.html_body END AS html_body,
-       CASE WHEN s.fits THEN d.headers::text END AS headers,
-       CASE WHEN s.fits THEN d.attachments::text END AS attachments,
-       CASE WHEN s.fits THEN d.metadata::text END AS metadata,
-       d.claimed_at, d.claimed_by
+-- include: claimed_row
+       , d.claimed_at, d.claimed_by
 FROM email_deliveries d JOIN locked USING (id),
-     LATERAL (SELECT coalesce(d.content_bytes, octet_length(d.subject) + coalesce(octet_length(d.text_body), 0)
-                  + coalesce(octet_length(d.html_body), 0) + octet_length(d.attachments::text)) AS content_bytes) b,
-     LATERAL (SELECT b.content_bytes, b.content_bytes <= $4 AS fits) s;
+     LATERAL (SELECT $4::bigint AS limit_bytes) l,
+     -- include: row_size
+;
 
 -- name: status_by_keys
 -- The contract columns of the rows with these dedupe keys.

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.anyio
 LOCKS_OF_KEYS = """
 SELECT count(*) AS n FROM pg_locks l
 WHERE l.locktype = 'advisory' AND ((l.classid::bigint << 32) | l.objid::bigint) IN (
-    SELECT hashtextextended('outbox-mailer:' || dedupe_key, 0) FROM email_deliveries WHERE dedupe_key LIKE $1)
+    SELECT outbox_mailer_lock_key(dedupe_key) FROM email_deliveries WHERE dedupe_key LIKE $1)
 """
 
 

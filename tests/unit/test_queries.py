@@ -30,3 +30,21 @@ def test_duplicate_names_are_refused() -> None:
 def test_block_without_statement_is_refused() -> None:
     with pytest.raises(ValueError, match="no statement"):
         parse_queries("-- name: a\n-- only a description\n")
+
+
+def test_a_fragment_is_said_once_and_included_where_named() -> None:
+    queries = parse_queries("-- fragment: cols\n-- d\na, b\n-- name: q\n-- d\nSELECT\n    -- include: cols\nFROM t;\n")
+    assert set(queries) == {"q"}, "a fragment is not a query"
+    assert queries["q"].sql == "SELECT\na, b\nFROM t"
+
+
+def test_an_unknown_include_is_refused() -> None:
+    with pytest.raises(ValueError, match="unknown fragment"):
+        parse_queries("-- name: q\n-- d\nSELECT\n-- include: nope\n;\n")
+
+
+def test_both_claim_queries_return_the_columns_rows_py_decodes() -> None:
+    from outbox_mailer.queries import sql
+
+    for name in ("claim_due", "find_dead_claims"):
+        assert "AS metadata" in sql(name) and "s.content_bytes, d.retry_recipients" in sql(name)
