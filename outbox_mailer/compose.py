@@ -42,7 +42,6 @@ import email.policy
 import hashlib
 import hmac
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from email.message import MIMEPart
@@ -52,9 +51,7 @@ from functools import lru_cache
 from outbox_mailer import mime
 from outbox_mailer.addresses import (
     ParsedAddress,
-    address_words,
     checked_text,
-    encoded_words,
     find_control_character,
     parse_address,
     parse_address_list,
@@ -66,36 +63,16 @@ from outbox_mailer.delivery import (
     MessageFields,
 )
 from outbox_mailer.errors import CompositionError
+from outbox_mailer.header_fields import address_header, checked_custom_headers, unstructured
 
 __all__ = ["check_composed", "compose", "message_id_for"]
 
-_RESERVED_HEADERS = frozenset(
-    {
-        "from", "to", "cc", "bcc", "reply-to", "sender", "subject", "message-id",
-        "date", "mime-version", "return-path", "received",
-    }
-)
-# Content-* would alter the MIME structure; Resent-* (Resent-Bcc above all)
-# are trace fields that only a re-sending agent may write.
-_RESERVED_PREFIXES = ("content-", "resent-")
-_FIELD_NAME = re.compile(r"[\x21-\x39\x3b-\x7e]{1,76}")  # RFC 5322 ftext, folded-line sized
 _RESTRICTED_NAME = r"[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}"  # RFC 6838
 _CONTENT_TYPE = re.compile(f"({_RESTRICTED_NAME})/({_RESTRICTED_NAME})")
 _REFUSED_ATTACHMENT_TYPES = frozenset({"multipart", "message"})
 _ATTACHMENT_KEYS = frozenset({"filename", "content_type", "content_base64"})
 _MAX_FILENAME_CHARS = 255
 _DOMAIN = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?")
-_LONGEST_LINE = 998  # RFC 5322: a word must fit on "Name: word" within it, folding cannot split one
-# RFC 2369's fields: angle-bracketed URLs, comma-separated, whitespace between them meaningless.
-# Such a value is written as its URLs, "<url>, <url>", so it can fold between them.
-_URL_LIST_FIELDS = frozenset(
-    {"list-help", "list-unsubscribe", "list-subscribe", "list-post", "list-owner", "list-archive"}
-)
-# (Control characters never get this far; other non-ASCII is refused in a URL.)
-_URL_LIST = re.compile(r" *<[^<> ]+>(?: *, *<[^<> ]+>)* *")  # no comments: those make it text
-_BRACKETED_URL = re.compile(r"<[^<> ]+>")
-# What a reader may take for an RFC 2047 encoded word even inside a URL (Python's does):
-_ENCODED_WORD_LIKE = re.compile(r"=\?[^<>]*\?[^<>]*\?[^<>]*\?=")
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,23 +130,23 @@ def compose(
     bcc = parse_address_list(delivery.bcc_addresses, "bcc_addresses")
     reply_to = None if delivery.reply_to is None else parse_address(delivery.reply_to, "reply_to")
     subject = checked_text(delivery.subject, "subject")
-    custom = _checked_custom_headers(delivery.headers)
+    custom = checked_custom_headers(delivery.headers)
     text_body, html_body = _checked_bodies(delivery.text_body, delivery.html_body)
     attachments = _checked_attachments(delivery.attachments, max_message_bytes)
 
     message_id = message_id_for(delivery.dedupe_key, sender.ascii_domain, message_id_secret)
     headers = [
-        ("Date", _unstructured("Date", mime.format_date(now))),
-        ("From", _address_header("From", [sender])),
-        ("To", _address_header("To", to)),
+        ("Date", unstructured("Date", mime.format_date(now))),
+        ("From", address_header("From", [sender])),
+        ("To", address_header("To", to)),
     ]
     if cc:
-        headers.append(("Cc", _address_header("Cc", cc)))
+        headers.append(("Cc", address_header("Cc", cc)))
     if reply_to is not None:
-        headers.append(("Reply-To", _address_header("Reply-To", [reply_to])))
-    headers.append(("Subject", _unstructured("Subject", subject)))
-    headers.append(("Message-ID", _unstructured("Message-ID", message_id)))
-    headers.extend((name, _unstructured(name, value)) for name, value in custom)
+        headers.append(("Reply-To", address_header("Reply-To", [reply_to])))
+    headers.append(("Subject", unstructured("Subject", subject)))
+    headers.append(("Message-ID", unstructured("Message-ID", message_id)))
+    headers.extend((name, unstructured(name, value)) for name, value in custom)
     headers.append(("MIME-Version", "MIME-Version: 1.0\r\n"))
 
     body = mime.body(
@@ -216,80 +193,6 @@ def _sender(from_address: str | None, default_from: str | None) -> ParsedAddress
     if default_from is not None:
         return parse_address(default_from, "from_address")
     raise CompositionError("from_address", "no from_address and no default sender configured")
-
-
-def _checked_custom_headers(headers: object) -> list[tuple[str, str]]:
-    if not isinstance(headers, dict):
-        raise CompositionError("headers", f"expected an object, got {type(headers).__name__}")
-    checked = []
-    for name, value in headers.items():
-        _check_header_name(name)
-        value = checked_text(value, f"headers.{name}")
-        _check_header_words(name, value)
-        checked.append((name, value))
-    return checked
-
-
-def _check_header_words(name: str, value: str) -> None:
-    """Refuse a value that could only be sent broken.
-
-    ASCII words are written as they are (:func:`_unstructured`), and folding may not
-    split one (RFC 5322 2.2.3), so each must fit on ``Name: word`` within 998 octets;
-    as RFC 2047 encoded words a URL or token would no longer be one.  The URLs of an
-    RFC 2369 URL list (List-Unsubscribe ...) are never encoded, so they must be ASCII
-    and free of ``=?...?=``, which a reader may decode.  Other non-ASCII values are
-    text, sent as encoded words whatever their length.
-    """
-    if value.isascii() and "=?" not in value and len(name) + 2 + len(value) <= _LONGEST_LINE:
-        return  # the common case: every word fits, and no URL can need refusing
-    field = f"headers.{name}"
-    words = _url_list_words(name, value)
-    if words is not None:
-        for url in (word.rstrip(",") for word in words):
-            if not url.isascii():
-                raise CompositionError(
-                    field, f"URL {_excerpt(url)} is not ASCII: percent-encode it (a domain as punycode); "
-                    "as RFC 2047 encoded words it would be no URL",
-                )
-            if _ENCODED_WORD_LIKE.search(url):
-                raise CompositionError(
-                    field, f"URL {_excerpt(url)} holds '=?...?=', which readers may decode as an "
-                    "RFC 2047 encoded word: percent-encode its '?' as %3F",
-                )
-    elif value.isascii():
-        words = value.split(" ")
-    else:
-        return
-    longest = max(words, key=len)
-    if len(name) + 2 + len(longest) > _LONGEST_LINE:
-        raise CompositionError(
-            field, f"the word {_excerpt(longest)} ({len(longest)} characters) does not fit on one line: "
-            f"'{name}: ' and a word may take at most {_LONGEST_LINE} octets (RFC 5322), "
-            f"so at most {_LONGEST_LINE - len(name) - 2} here, and folding may not split a word",
-        )
-
-
-def _url_list_words(name: str, value: str) -> list[str] | None:
-    """The words of an RFC 2369 URL list (``<url>,`` ... ``<url>``), or None if ``value`` is not one."""
-    if name.lower() not in _URL_LIST_FIELDS or _URL_LIST.fullmatch(value) is None:
-        return None
-    urls = _BRACKETED_URL.findall(value)
-    return [f"{url}," for url in urls[:-1]] + [urls[-1]]
-
-
-def _excerpt(word: str) -> str:
-    return repr(word) if len(word) <= 40 else repr(word[:40]) + "..."
-
-
-def _check_header_name(name: object) -> None:
-    if not isinstance(name, str) or not _FIELD_NAME.fullmatch(name):
-        raise CompositionError(
-            "headers",
-            f"invalid header name {name!r}: 1-76 printable ASCII characters, no colon or space",
-        )
-    lower = name.lower()
-    if lower in _RESERVED_HEADERS or lower.startswith(_RESERVED_PREFIXES):
-        raise CompositionError(f"headers.{name}", f"{name} is set by outbox-mailer; it cannot be given")
 
 
 def _checked_bodies(text: object, html: object) -> tuple[str | None, str | None]:
@@ -395,47 +298,6 @@ def _envelope_recipients(
     if not remaining:
         raise CompositionError("retry_recipients", "none of the recipients still owed is among the row's addresses")
     return remaining
-
-
-# -- rendering the top-level headers -----------------------------------------
-
-
-def _unstructured(name: str, value: str) -> str:
-    """``Name: value`` folded at spaces; encoded words when the value is not plain ASCII.
-
-    ASCII words are never split or encoded when they fit on ``Name: word`` (a custom
-    header's longer ones were refused by :func:`_check_header_words`; a Subject's are
-    encoded).  An RFC 2369 URL list is written as ``<url>, <url>``, folded between URLs.
-    """
-    longest_word = _LONGEST_LINE - len(name) - 2
-    if value.startswith(("<", " ")) and name.lower() in _URL_LIST_FIELDS:
-        urls = _url_list_words(name, value)
-        if (  # as checked by _check_header_words(); else it is text, as below
-            urls is not None and value.isascii() and not _ENCODED_WORD_LIKE.search(value)
-            and max(map(len, urls)) <= longest_word
-        ):
-            return mime.fold_header(name, urls)
-    if value.isascii() and "=?" not in value and not value.startswith(" "):
-        if len(name) + 2 + len(value) <= mime.MAX_HEADER_LINE:  # one line: what fold_header() returns
-            return f"{name}: {value}\r\n"
-        words = value.split(" ")
-        if max(map(len, words)) <= longest_word:
-            folded = mime.fold_header(name, words)
-            # Runs of spaces never become fold points: fall back if they make a line too long.
-            if len(folded) <= _LONGEST_LINE or max(map(len, folded.split("\r\n"))) <= _LONGEST_LINE:
-                return folded
-    # Encoded words also keep leading spaces, which a reader drops from a plain value.
-    return mime.fold_header(name, encoded_words(value))
-
-
-def _address_header(name: str, addresses: Sequence[ParsedAddress]) -> str:
-    words: list[str] = []
-    for index, address in enumerate(addresses):
-        tokens = address_words(address)
-        if index < len(addresses) - 1:
-            tokens[-1] += ","
-        words.extend(tokens)
-    return mime.fold_header(name, words)
 
 
 # -- the safety net, for tests and debugging ---------------------------------

@@ -22,6 +22,7 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from outbox_mailer import compose as compose_module
+from outbox_mailer.header_fields import unstructured
 from outbox_mailer import mime
 from outbox_mailer.compose import check_composed, compose, message_id_for
 from outbox_mailer.delivery import ComposedMessage, Delivery
@@ -490,7 +491,7 @@ def test_parse_back_safety_net_refuses_a_broken_rendering(monkeypatch: pytest.Mo
     def leaky(name: str, value: str) -> str:
         return f"{name}: {value}\r\nBcc: spy@example.org\r\n"
 
-    monkeypatch.setattr(compose_module, "_unstructured", leaky)
+    monkeypatch.setattr(compose_module, "unstructured", leaky)  # as compose() looks it up
     # Off the hot path: the parse-back check runs on request (and in the oracle tests).
     composed = run()
     with pytest.raises(CompositionError) as info:
@@ -651,7 +652,7 @@ def test_one_line_shortcuts_fold_as_the_loop_does(header: tuple[str, str]) -> No
     assert mime.fold_header(name, words) == fold_reference(name, words)
     assert mime.fold_header(name, [value]) == fold_reference(name, [value])
     if value.isascii() and "=?" not in value and not value.startswith(" "):
-        assert compose_module._unstructured(name, value) == fold_reference(name, words)
+        assert unstructured(name, value) == fold_reference(name, words)
 
 
 @settings(max_examples=300, deadline=None)
