@@ -58,7 +58,6 @@ class RetryPolicy:
 @dataclass(frozen=True, slots=True)
 class Transition:
     status: Status
-    reason: str  # short, for the log line
     scheduled_at: datetime | None = None  # set for a retry
     last_error: str | None = None
     sent_at: datetime | None = None
@@ -89,7 +88,6 @@ def decide(delivery: Delivery, outcome: Outcome, now: datetime, policy: RetryPol
             return _partly_sent(delivery, outcome, retry, now, policy, jitter)
         return Transition(
             Status.SENT,
-            "sent",
             sent_at=now,
             provider_message_id=outcome.provider_message_id,
             last_error=_refused_summary(outcome),
@@ -99,7 +97,7 @@ def decide(delivery: Delivery, outcome: Outcome, now: datetime, policy: RetryPol
     if outcome.kind is OutcomeKind.PERMANENT:
         if delivery.retry_recipients is not None:
             return _rest_given_up(delivery, outcome, now, error)
-        return Transition(Status.FAILED, "permanent failure", last_error=error, refund_attempt=not outcome.charge_attempt)
+        return Transition(Status.FAILED, last_error=error, refund_attempt=not outcome.charge_attempt)
     held = policy.in_doubt == "hold" and outcome.resend_safe_until is None
     if outcome.kind is OutcomeKind.AMBIGUOUS and held:
         return _held(delivery, error)
@@ -123,7 +121,7 @@ def _partly_sent(
     refused_for_good = _refused_for_good(outcome)
     if any(r.unknown for r in outcome.refused) and policy.in_doubt == "hold" and outcome.resend_safe_until is None:
         return Transition(
-            Status.IN_DOUBT, "outcome unknown for some recipients, held for an operator",
+            Status.IN_DOUBT,
             last_error=_clip(f"outcome unknown for some recipients: {summary}"),
             provider_message_id=outcome.provider_message_id, retry_recipients=retry,
             refused_recipients=refused_for_good,
@@ -138,7 +136,7 @@ def _partly_sent(
 
 
 def _held(delivery: Delivery, error: str) -> Transition:
-    return Transition(Status.IN_DOUBT, "outcome unknown, held for an operator",
+    return Transition(Status.IN_DOUBT,
                       last_error=_clip(f"outcome unknown: {error}"), retry_recipients=delivery.retry_recipients)
 
 
@@ -147,7 +145,7 @@ def _rest_given_up(delivery: Delivery, outcome: Outcome, now: datetime, error: s
     """An earlier attempt reached some recipients: the row ends sent, without the remaining ones."""
     rest = remaining if remaining is not None else delivery.retry_recipients or ()
     return Transition(
-        Status.SENT, "sent to some recipients; gave up on the others", sent_at=now,
+        Status.SENT, sent_at=now,
         last_error=_clip(f"not delivered to {len(rest)} recipient(s): {error}"),
         provider_message_id=outcome.provider_message_id, refused_recipients=tuple(rest),
         refund_attempt=not outcome.charge_attempt,
@@ -169,7 +167,6 @@ def _retry_or_give_up(
     if charged >= limit and outcome.kind is OutcomeKind.AMBIGUOUS:
         return Transition(
             Status.IN_DOUBT,
-            "outcome unknown and attempts exhausted",
             last_error=_clip(f"outcome unknown after {charged} attempts: {error}"),
             retry_recipients=retry_recipients,
         )
@@ -178,7 +175,7 @@ def _retry_or_give_up(
             return _rest_given_up(delivery, outcome, now, f"gave up after {charged} attempts: {error}",
                                   retry_recipients)
         return Transition(
-            Status.FAILED, "attempts exhausted", last_error=_clip(f"gave up after {charged} attempts: {error}")
+            Status.FAILED, last_error=_clip(f"gave up after {charged} attempts: {error}")
         )
     delay = backoff_seconds(charged if charged > 0 else 1, policy, jitter)
     if outcome.retry_after_seconds is not None:
@@ -188,11 +185,10 @@ def _retry_or_give_up(
         message = f"expired: next attempt would be after expires_at; last error: {error}"
         if retry_recipients is not None:
             return _rest_given_up(delivery, outcome, now, message, retry_recipients)
-        return Transition(Status.FAILED, "expires before the next attempt", last_error=_clip(message),
+        return Transition(Status.FAILED, last_error=_clip(message),
                           refund_attempt=refund)
     return Transition(
         Status.PENDING,
-        "retry scheduled",
         scheduled_at=retry_at,
         last_error=_clip(error),
         refund_attempt=refund,

@@ -26,7 +26,6 @@ class Status(enum.StrEnum):
     IN_DOUBT = "in_doubt"
 
 
-FINAL_STATUSES = frozenset({Status.SENT, Status.FAILED, Status.CANCELLED})
 
 
 class OutcomeKind(enum.StrEnum):

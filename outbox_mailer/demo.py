@@ -69,8 +69,8 @@ async def run_demo(timeout_seconds: float = 60.0) -> int:
             store = await Store.open(pg.url)
             try:
                 await store.migrate(load_migrations())
-                await store.execute(COMMITTED)
-                await store.execute(ROLLED_BACK)
+                await store.run_sql(COMMITTED)
+                await store.run_sql(ROLLED_BACK)
                 say("committed 5 emails (plus a duplicate key); rolled back 1")
                 await _run_daemon_until_done(pg.url, sink.port, store, timeout_seconds)
                 rows = {r["dedupe_key"]: r for r in await store.status(KEYS)}

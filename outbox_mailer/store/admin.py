@@ -162,11 +162,7 @@ class Store:
             for statement in statements:
                 await conn.execute(statement)
 
-    async def execute(self, statement: str, *args: Any) -> str:
-        """Run an arbitrary statement (tests and the demo)."""
+    async def run_sql(self, script: str) -> None:
+        """Run an SQL script as an application would send it, transaction commands included (the demo)."""
         async with self._conn() as conn:
-            return await conn.execute(statement, *args)
-
-    async def fetch(self, statement: str, *args: Any) -> list[dict[str, Any]]:
-        async with self._conn() as conn:
-            return [dict(r) for r in await conn.fetch(statement, *args)]
+            await conn.execute(script)

@@ -13,8 +13,11 @@ from outbox_mailer.daemon import Daemon
 from outbox_mailer.delivery import Transport
 from outbox_mailer.store import Store
 from outbox_mailer.transports.smtp import SmtpTransport
-from tests.smtp_server import SmtpTestServer
-from tests.smtp_server import smtp_server  # noqa: F401  (fixture)
+from tests.smtp_server import (
+    SmtpTestServer,
+    smtp_server,  # noqa: F401  (fixture)
+)
+from tests.sql_store import SqlStore
 
 
 def settings_for(db_url: str, server: SmtpTestServer, **overrides: Any) -> Settings:
@@ -57,8 +60,8 @@ class Running:
 
 
 @pytest.fixture
-async def store(db_url: str) -> AsyncIterator[Store]:
-    s = await Store.open(db_url)
+async def store(db_url: str) -> AsyncIterator[SqlStore]:
+    s = await SqlStore.open(db_url)
     yield s
     await s.close()
 

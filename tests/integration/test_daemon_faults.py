@@ -18,6 +18,7 @@ from outbox_mailer.store import Store
 from outbox_mailer.transports.smtp import SmtpTransport
 from tests.integration.conftest import insert
 from tests.smtp_server import SmtpTestServer, free_port
+from tests.sql_store import SqlStore
 
 pytestmark = pytest.mark.anyio
 
@@ -77,7 +78,7 @@ async def test_a_poison_row_fails_alone_and_the_daemon_goes_on(running: Any, sto
 async def test_daemon_survives_a_postgresql_restart(smtp_server: SmtpTestServer) -> None:  # noqa: F811
     smtp_server.delay("DATA", 0.02)
     with TemporaryPostgres() as pg:
-        store = await Store.open(pg.url)
+        store = await SqlStore.open(pg.url)
         await store.migrate(load_migrations())
         await store.execute(
             "INSERT INTO email_deliveries (dedupe_key, to_addresses, subject, text_body) "
@@ -94,7 +95,7 @@ async def test_daemon_survives_a_postgresql_restart(smtp_server: SmtpTestServer)
                 while len(smtp_server.accepted) < 50:
                     await anyio.sleep(0.02)
             await anyio.to_thread.run_sync(pg.restart, 1.5)
-            store = await Store.open(pg.url)
+            store = await SqlStore.open(pg.url)
             try:
                 with anyio.fail_after(30):
                     while (stats := await store.stats())["sent"] < 400:

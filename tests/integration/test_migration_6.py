@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 
 from outbox_mailer.migrations import load_migrations
-from outbox_mailer.store import Store
+from tests.sql_store import SqlStore
 
 pytestmark = pytest.mark.anyio
 
 
 async def test_upgrading_fails_unsendable_rows_and_validates_the_new_checks(empty_db_url: str) -> None:
     migrations = load_migrations()
-    store = await Store.open(empty_db_url)
+    store = await SqlStore.open(empty_db_url)
     try:
         await store.migrate([m for m in migrations if m.version <= 5])
         await store.execute("""

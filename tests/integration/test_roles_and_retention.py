@@ -16,6 +16,7 @@ from outbox_mailer.grants import grant_statements
 from outbox_mailer.retention import prune
 from outbox_mailer.store import ClaimSession, Store
 from tests.conftest import psql
+from tests.sql_store import SqlStore
 
 pytestmark = pytest.mark.anyio
 
@@ -39,7 +40,7 @@ INSERT = ("INSERT INTO email_deliveries (dedupe_key, to_addresses, subject, text
 
 async def test_app_role_inserts_and_reads_but_cannot_change_a_row(db_url: str, roles: tuple[str, str]) -> None:
     app, daemon = roles
-    store = await Store.open(db_url)
+    store = await SqlStore.open(db_url)
     await store.run_script(grant_statements(app, daemon))
     await store.close()
     conn = await asyncpg.connect(as_user(db_url, app))
@@ -61,7 +62,7 @@ async def test_app_role_inserts_and_reads_but_cannot_change_a_row(db_url: str, r
 
 async def test_daemon_role_can_claim_and_record(db_url: str, roles: tuple[str, str]) -> None:
     app, daemon = roles
-    store = await Store.open(db_url)
+    store = await SqlStore.open(db_url)
     await store.run_script(grant_statements(app, daemon))
     await store.execute(INSERT, "k1")
     await store.close()
@@ -94,7 +95,7 @@ async def aged_rows(store: Store, prefix: str, n: int, status: str, age: str) ->
 
 
 async def test_prune_scrubs_then_deletes_only_old_final_rows(db_url: str) -> None:
-    store = await Store.open(db_url)
+    store = await SqlStore.open(db_url)
     try:
         await aged_rows(store, "recent", 3, "sent", "1 day")
         await aged_rows(store, "month", 4, "failed", "40 days")
@@ -120,7 +121,7 @@ async def test_prune_scrubs_then_deletes_only_old_final_rows(db_url: str) -> Non
 
 
 async def test_pending_rows_are_claimed_while_prune_runs_over_200000_rows(db_url: str) -> None:
-    store = await Store.open(db_url)
+    store = await SqlStore.open(db_url)
     try:
         await aged_rows(store, "old", 200_000, "sent", "400 days")
         await store.execute("INSERT INTO email_deliveries (dedupe_key, to_addresses, subject, text_body) "

@@ -12,7 +12,14 @@ from outbox_mailer.decide import Transition
 from outbox_mailer.delivery import OutcomeKind, Status
 from outbox_mailer.errors import InvalidTransition, NotFound, SchemaMismatch
 from outbox_mailer.migrations import Migration, load_migrations
-from outbox_mailer.store import AttemptRecord, ClaimSession, Listener, OutcomeWrite, Store
+from outbox_mailer.store import (
+    AttemptRecord,
+    ClaimSession,
+    Listener,
+    OutcomeWrite,
+    Store,
+)
+from tests.sql_store import SqlStore
 
 pytestmark = pytest.mark.anyio
 
@@ -27,14 +34,14 @@ async def insert_rows(store: Store, n: int, *, prefix: str = "k", **extra: objec
 
 def write_for(delivery, status: Status, **kw: object) -> OutcomeWrite:  # type: ignore[no-untyped-def]
     now = datetime.now(UTC)
-    transition = Transition(status, "test", sent_at=now if status is Status.SENT else None, **kw)  # type: ignore[arg-type]
+    transition = Transition(status, sent_at=now if status is Status.SENT else None, **kw)  # type: ignore[arg-type]
     attempt = AttemptRecord(delivery.attempts, now, now, OutcomeKind.SENT, 250, None, None, "smtp", "test")
     return OutcomeWrite(delivery, transition, attempt)
 
 
 @pytest.fixture
 async def store(db_url: str):  # type: ignore[no-untyped-def]
-    s = await Store.open(db_url)
+    s = await SqlStore.open(db_url)
     yield s
     await s.close()
 
@@ -204,7 +211,7 @@ async def test_insert_and_requeue_notify_listeners_and_nothing_else_does(db_url:
         batch = await session.claim_due(2, "w")
         assert await notifications(session.claim_due(2, "w")) == 0, "a claim wakes nobody"
         assert await notifications(session.record_outcomes([write_for(d, Status.SENT) for d in batch])) == 0
-        later = Transition(Status.PENDING, "451", scheduled_at=datetime(2099, 1, 1, tzinfo=UTC))
+        later = Transition(Status.PENDING, scheduled_at=datetime(2099, 1, 1, tzinfo=UTC))
         [again] = await session.claim_due(1, "w")
         write = OutcomeWrite(again, later, write_for(again, Status.PENDING).attempt)
         assert await notifications(session.record_outcomes([write])) == 0, "a retry for later: the timer covers it"
@@ -233,7 +240,7 @@ async def test_retry_and_cancel_follow_the_rules(store: Store) -> None:
 
 
 async def test_migrate_is_idempotent_and_records_versions(empty_db_url: str) -> None:
-    s = await Store.open(empty_db_url)
+    s = await SqlStore.open(empty_db_url)
     try:
         assert await s.schema_version() is None
         first = await s.migrate(load_migrations())
@@ -248,7 +255,7 @@ async def test_concurrent_migrate_runs_apply_once(empty_db_url: str) -> None:
     results: list[int] = []
 
     async def run() -> None:
-        s = await Store.open(empty_db_url)
+        s = await SqlStore.open(empty_db_url)
         try:
             results.append(len(await s.migrate(load_migrations())))
         finally:
@@ -261,7 +268,7 @@ async def test_concurrent_migrate_runs_apply_once(empty_db_url: str) -> None:
 
 
 async def test_edited_applied_migration_is_refused(empty_db_url: str) -> None:
-    s = await Store.open(empty_db_url)
+    s = await SqlStore.open(empty_db_url)
     try:
         await s.migrate(load_migrations())
         tampered = [Migration(m.version, m.name, m.sql + "\n-- edited\n") for m in load_migrations()]
