@@ -37,6 +37,7 @@ from pydantic_settings import (
 from .addresses import parse_address
 from .config_checks import check_database_url, check_helo_name, source_error
 from .errors import CompositionError, ConfigurationError
+from .transports.registry import API_PROVIDERS, TRANSPORT_KINDS, in_house
 
 ENV_PREFIX = "OUTBOX_MAILER_"
 TLS_DEFAULT_PORTS = {"none": 25, "starttls": 587, "implicit": 465}
@@ -117,11 +118,10 @@ class SmtpTransportSettings(SmtpSettings):
     kind: Literal["smtp"]
 
 
-API_DEFAULT_BASE_URLS = {
-    "resend": "https://api.resend.com",
-    "postmark": "https://api.postmarkapp.com",
-    "sendgrid": "https://api.sendgrid.com",
-}
+# Every provider kind is an entry of transports/registry.py (its class says its default base URL and rate).
+API_DEFAULT_BASE_URLS = {kind: p.default_base_url for kind, p in API_PROVIDERS.items() if p.default_base_url}
+ApiKind = Literal[tuple(API_PROVIDERS)]  # type: ignore[valid-type]  # "resend", "postmark", "sendgrid", "http"
+_IN_HOUSE_KINDS = " or ".join(repr(kind) for kind in API_PROVIDERS if in_house(kind))
 
 
 class ApiTransportSettings(BaseModel):
@@ -129,7 +129,7 @@ class ApiTransportSettings(BaseModel):
 
     model_config = FINITE
 
-    kind: Literal["resend", "postmark", "sendgrid", "http"]
+    kind: ApiKind  # type: ignore[valid-type]
     api_key: SecretStr | None = None  # provider key; for kind=http an optional bearer token
     base_url: str | None = None  # None: the provider's public API
     url: str | None = None  # kind=http: where to POST each email
@@ -145,25 +145,25 @@ class ApiTransportSettings(BaseModel):
 
     @property
     def effective_base_url(self) -> str:
-        if self.kind == "http":
+        if in_house(self.kind):
             return self.url or ""
         return (self.base_url or API_DEFAULT_BASE_URLS[self.kind]).rstrip("/")
 
     @property
     def effective_rate_per_second(self) -> float | None:
-        if self.rate_per_second is None and self.kind == "resend":
-            return 2.0  # Resend's default team limit
+        if self.rate_per_second is None:
+            return API_PROVIDERS[self.kind].default_rate_per_second  # Resend: its default team limit, 2/s
         return self.rate_per_second
 
     @model_validator(mode="after")
     def _required_per_kind(self) -> ApiTransportSettings:
-        if self.kind == "http":
+        if in_house(self.kind):
             if not self.url or not self.url.startswith(("http://", "https://")):
-                raise ValueError("a transport of kind 'http' needs url=http(s)://...")
+                raise ValueError(f"a transport of kind {self.kind!r} needs url=http(s)://...")
         elif self.api_key is None:
             raise ValueError(f"a transport of kind {self.kind!r} needs api_key")
-        if self.signing_secret is not None and self.kind != "http":
-            raise ValueError("signing_secret applies to kind 'http' only")
+        if self.signing_secret is not None and not in_house(self.kind):
+            raise ValueError(f"signing_secret applies to kind {_IN_HOUSE_KINDS} only")
         return self
 
 
@@ -341,9 +341,6 @@ def _redact_url(url: str) -> str:
     netloc = parts.netloc.rsplit("@", 1)
     user = parts.username or ""
     return urlunsplit(parts._replace(netloc=f"{user}:**********@{netloc[-1]}"))
-
-
-TRANSPORT_KINDS = ("smtp", "resend", "postmark", "sendgrid", "http")
 
 
 def _setting_name(loc: tuple[Any, ...]) -> str:

@@ -18,7 +18,7 @@ from .migrations import load_migrations
 from .pgcluster import TemporaryPostgres
 from .sink import SmtpSink, always_refuse, combine, fail_first
 from .store import Store
-from .transports import probe_sender
+from .transports.factory import probe_sender
 from .transports.smtp import SmtpTransport
 
 COMMITTED = """

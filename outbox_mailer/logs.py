@@ -119,4 +119,5 @@ def configure_logging(level: str | int = "INFO", log_format: LogFormat = "text",
         old.close()
     root.addHandler(handler)
     root.setLevel(level)
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # httpx logs every request at INFO; we log outcomes
     return handler

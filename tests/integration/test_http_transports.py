@@ -26,7 +26,7 @@ from outbox_mailer.daemon import Daemon
 from outbox_mailer.delivery import ComposedMessage, Delivery, OutcomeKind
 from outbox_mailer.errors import TransportUnavailable
 from outbox_mailer.store import Store
-from outbox_mailer.transports.http import HttpApiTransport
+from outbox_mailer.transports.api.http import HttpApiTransport
 from tests.integration.conftest import Running, insert, settings_for
 from tests.provider_server import KEY_HEADER, ProviderServer, provider_server  # noqa: F401  (fixture)
 

@@ -6,6 +6,8 @@ import base64
 import hashlib
 import hmac
 import json
+import subprocess
+import sys
 import uuid
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
@@ -13,26 +15,26 @@ from typing import Any
 
 import pytest
 
-from outbox_mailer.config import ApiTransportSettings
+from outbox_mailer.config import API_DEFAULT_BASE_URLS, TRANSPORT_KINDS, ApiTransportSettings
 from outbox_mailer.delivery import (
     AttachmentFields,
     Delivery,
     MessageFields,
     OutcomeKind,
 )
-from outbox_mailer.transports import (
+from outbox_mailer.transports.api.http import provider_for
+from outbox_mailer.transports.api.postmark import PostmarkApi
+from outbox_mailer.transports.api.provider import (
     ApiResponse,
-    parse_retry_after,
-    provider_for,
-    resend_safe_until,
     seconds_until_utc_midnight,
     split_address,
     string_values,
 )
-from outbox_mailer.transports.postmark import PostmarkApi
-from outbox_mailer.transports.resend import ResendApi, tags
-from outbox_mailer.transports.sendgrid import SendGridApi
-from outbox_mailer.transports.webhook import WebhookApi, signature, verify
+from outbox_mailer.transports.api.resend import ResendApi, tags
+from outbox_mailer.transports.api.sendgrid import SendGridApi
+from outbox_mailer.transports.api.webhook import WebhookApi, signature, verify
+from outbox_mailer.transports.registry import API_PROVIDERS, PROVIDERS
+from outbox_mailer.transports.seam import parse_retry_after, resend_safe_until
 
 NOW = datetime(2026, 3, 14, 15, 9, 26, tzinfo=UTC)
 FIRST = NOW - timedelta(hours=1)
@@ -128,6 +130,26 @@ def test_provider_for_each_kind_and_windows() -> None:
     assert isinstance(hook, WebhookApi) and hook.idempotency_window_seconds is None
     for kind in ("postmark", "sendgrid"):
         assert provider_for(settings(kind=kind, api_key="k")).idempotency_window_seconds is None
+
+
+def test_registry_lists_every_kind_once_and_the_settings_follow_it() -> None:
+    assert TRANSPORT_KINDS == ("smtp", "resend", "postmark", "sendgrid", "http")
+    assert len(API_PROVIDERS) == len(PROVIDERS) and all(kind == p.kind for kind, p in API_PROVIDERS.items())
+    assert API_DEFAULT_BASE_URLS == {"resend": "https://api.resend.com", "postmark": "https://api.postmarkapp.com",
+                                     "sendgrid": "https://api.sendgrid.com"}
+    assert ApiTransportSettings(kind="resend", api_key="k").effective_rate_per_second == 2.0
+    assert ApiTransportSettings(kind="postmark", api_key="k").effective_rate_per_second is None
+    with pytest.raises(ValueError, match="signing_secret applies to kind 'http' only"):
+        ApiTransportSettings(kind="resend", api_key="k", signing_secret="s")
+    with pytest.raises(ValueError, match="a transport of kind 'http' needs url"):
+        ApiTransportSettings(kind="http")
+
+
+def test_importing_the_transports_leaves_other_libraries_loggers_alone() -> None:
+    code = ("import logging, outbox_mailer.transports.api.http, outbox_mailer.transports.smtp; "
+            "print(logging.getLogger('httpx').level, logging.getLogger('aiosmtplib').level)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["0", "0"]
 
 
 # ---- Resend ------------------------------------------------------------------------------------

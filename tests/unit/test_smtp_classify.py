@@ -1,7 +1,7 @@
 """SMTP reply classification: reply code decides, enhanced code is parsed from the text.
 
 Also replies about our account (authentication, relaying), the merging of follow-up
-transactions' results (452 too many recipients), the reading of pipelined replies and the framing of the message body (smtp_wire).
+transactions' results (452 too many recipients), the reading of pipelined replies and the framing of the message body (smtp/wire.py).
 """
 
 from __future__ import annotations
@@ -13,8 +13,7 @@ import pytest
 from aiosmtplib.protocol import PERIOD_REGEX, normalize_message_line_endings
 
 from outbox_mailer.delivery import ComposedMessage, Outcome, OutcomeKind, RefusedRecipient
-from outbox_mailer.transports.smtp import _envelope_problem, classify_reply, probe_recipient
-from outbox_mailer.transports.smtp_replies import (
+from outbox_mailer.transports.smtp.replies import (
     account_refusal,
     accepted,
     all_refused,
@@ -23,7 +22,8 @@ from outbox_mailer.transports.smtp_replies import (
     refusal,
     with_refused,
 )
-from outbox_mailer.transports.smtp_wire import Reply, Wire, WireError, frame_body
+from outbox_mailer.transports.smtp.transport import _envelope_problem, classify_reply, probe_recipient
+from outbox_mailer.transports.smtp.wire import Reply, Wire, WireError, frame_body
 
 
 @pytest.mark.parametrize(
@@ -113,7 +113,7 @@ def test_plain_envelopes_pass() -> None:
     assert _envelope_problem(_message("app@example.com", "a@example.com", '"john doe"@example.com')) is None
 
 
-# -- pipelined replies and the message body (smtp_wire, fed by hand: no sockets) --
+# -- pipelined replies and the message body (smtp/wire.py, fed by hand: no sockets) --
 
 REPLIES = (
     b"250 2.1.0 Ok\r\n"

@@ -1,10 +1,10 @@
-"""One SMTP send on a pooled connection, phase by phase (see :mod:`.smtp` for the outcome rules).
+"""One SMTP send on a pooled connection, phase by phase (see :mod:`.transport` for the outcome rules).
 
 Two ways, chosen by the server's EHLO reply:
 
 * PIPELINING offered (RFC 2920): MAIL, every RCPT and DATA go out in one
   write; the replies are then read in order from the connection's
-  :class:`~.smtp_wire.Wire`; on 354 the dot-stuffed body follows, then the
+  :class:`~.wire.Wire`; on 354 the dot-stuffed body follows, then the
   final reply: two round trips per message. The MAIL reply decides when it
   refuses (the RCPT/DATA replies after it are mere 503s); a DATA opened with
   354 although no recipient was accepted is closed with a lone ``.``, no body.
@@ -25,7 +25,7 @@ again, the same bytes, as long as each follow-up makes progress (at least one
 recipient accepted and the body accepted). Only 452: another 4xx means "try
 later" and stays refused. The attempt is then sent, with the first accepted
 transaction's queue id, and ``refused`` holds every recipient the message did
-not reach (see :func:`.smtp_replies.follow_up`): its refusal reply, or code
+not reach (see :func:`.replies.follow_up`): its refusal reply, or code
 None when a follow-up broke before its body went out, or ``unknown`` when a
 follow-up lost its connection after the body.
 """
@@ -43,11 +43,11 @@ from aiosmtplib import (
     SMTPServerDisconnected,
 )
 
-from ..config import SmtpSettings
-from ..delivery import ComposedMessage, Outcome, OutcomeKind, RefusedRecipient
-from . import smtp_replies as replies
-from .smtp_replies import one_line
-from .smtp_wire import Reply, Wire, WireError, frame_body
+from ...config import SmtpSettings
+from ...delivery import ComposedMessage, Outcome, OutcomeKind, RefusedRecipient
+from ..seam import one_line
+from . import replies
+from .wire import Reply, Wire, WireError, frame_body
 
 __all__ = ["LIBRARY_ERRORS", "Attempt", "Connection", "SetupError", "describe"]
 

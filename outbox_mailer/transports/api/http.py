@@ -3,47 +3,41 @@
 One :class:`HttpApiTransport` per configured API transport, with one
 ``httpx.AsyncClient`` (at most ``max_parallel`` connections, kept alive). The
 provider module (:mod:`.resend`, :mod:`.postmark`, :mod:`.sendgrid`,
-:mod:`.webhook`) builds the request and interprets the response; this module
-does the I/O and translates httpx's errors at the edge:
+:mod:`.webhook`, chosen by ``kind`` in :mod:`outbox_mailer.transports.registry`)
+builds the request and interprets the response; this module does the I/O and
+translates httpx's errors at the edge:
 
 * the request never left (connection refused or timed out, DNS failure, TLS
-  handshake failure, no free connection, a refused URL): transient and not
-  charged, so the circuit breaker pauses the transport;
+  handshake failure, no free connection, a refused URL): ``Outcome.unreachable``
+  (not charged), so the circuit breaker pauses the transport;
 * the request was written and the answer never came (read timeout, lost
   connection, a malformed answer, the hard cap on one send): ambiguous, safe to
   resend until ``first_attempt_at + 0.9 * window`` when the provider honours
   idempotency keys for ``window`` seconds (Resend: 24 h).
 
 API keys and signing secrets never appear in an outcome, an error or a log line.
+This module leaves the ``httpx`` logger alone (httpx logs every request at INFO;
+the logging set-up, :func:`outbox_mailer.logs.configure_logging`, quiets it).
 """
 
 from __future__ import annotations
 
-import logging
 from dataclasses import replace
 from datetime import UTC, datetime
 from urllib.parse import urlsplit, urlunsplit
 
 import anyio
 import httpx
+from pydantic import SecretStr
 
-from ..config import ApiTransportSettings
-from ..delivery import ComposedMessage, Delivery, Outcome, idempotency_key
-from ..errors import TransportUnavailable
-from . import (
-    AUTH_PAUSE_SECONDS,
-    ApiRequest,
-    ApiResponse,
-    Provider,
-    one_line,
-    provider_for,
-    resend_safe_until,
-)
+from ...config import ApiTransportSettings
+from ...delivery import ComposedMessage, Delivery, Outcome, idempotency_key
+from ...errors import TransportUnavailable
+from ..registry import API_PROVIDERS, in_house
+from ..seam import AUTH_PAUSE_SECONDS, one_line, resend_safe_until
+from .provider import ApiRequest, ApiResponse, Provider, ProviderOptions
 
-__all__ = ["HttpApiTransport"]
-
-# httpx logs every request at INFO; the daemon logs one line per state change itself.
-logging.getLogger("httpx").setLevel(logging.WARNING)
+__all__ = ["HttpApiTransport", "provider_for"]
 
 # Failures that happen before the request was written: the provider never saw the message.
 _NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.ProxyError,
@@ -53,6 +47,17 @@ _WRITTEN_EVENTS = ("http11.send_request_headers.started", "http2.send_request_he
 
 def _utc_now() -> datetime:
     return datetime.now(UTC)
+
+
+def _secret(value: SecretStr | None) -> str | None:
+    return value.get_secret_value() if value is not None else None
+
+
+def provider_for(settings: ApiTransportSettings, *, auth_pause_seconds: float = AUTH_PAUSE_SECONDS) -> Provider:
+    """The pure provider description for an API transport's settings (its ``kind`` in the registry)."""
+    options = ProviderOptions(_secret(settings.api_key), settings.effective_base_url,
+                              signing_secret=_secret(settings.signing_secret), auth_pause_seconds=auth_pause_seconds)
+    return API_PROVIDERS[settings.kind].from_options(options)
 
 
 def _redact_url(url: str) -> str:
@@ -168,7 +173,7 @@ class HttpApiTransport:
         if status in (401, 403):
             raise TransportUnavailable(f"{where}: HTTP {status}: credentials refused: check api_key",
                                        transport=self.name)
-        verdict = "credentials accepted" if 200 <= status < 300 and self.kind != "http" else "reachable"
+        verdict = "credentials accepted" if 200 <= status < 300 and not in_house(self.kind) else "reachable"
         return f"{self.kind} {where}: HTTP {status} ({verdict})"
 
     async def aclose(self) -> None:

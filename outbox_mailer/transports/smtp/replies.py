@@ -24,7 +24,7 @@ recipient (a relay that serves some domains only) and stays in ``refused``.
 
 Recipients refused with 452 (too many recipients, RFC 5321 section
 4.5.3.1.10) are sent in further transactions of the same attempt (see
-:mod:`.smtp_attempt`); :func:`follow_up` and :func:`with_refused` merge
+:mod:`.attempt`); :func:`follow_up` and :func:`with_refused` merge
 their results into the first accepted transaction's outcome.
 """
 
@@ -34,8 +34,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import replace
 
-from ..delivery import Cause, Outcome, OutcomeKind, RefusedRecipient
-from . import AUTH_PAUSE_SECONDS
+from ...delivery import Cause, Outcome, OutcomeKind, RefusedRecipient
+from ..seam import AUTH_PAUSE_SECONDS, one_line
 
 __all__ = [
     "TOO_MANY_RECIPIENTS",
@@ -45,7 +45,6 @@ __all__ = [
     "ambiguous",
     "classify_reply",
     "follow_up",
-    "one_line",
     "queue_id",
     "refusal",
     "with_refused",
@@ -62,7 +61,6 @@ _ACCOUNT_TEXT = re.compile(
 # RFC 3463 status code: class.subject.detail, class 2, 4 or 5.
 _ENHANCED_CODE = re.compile(r"[245]\.\d{1,3}\.\d{1,3}")
 _ID_TOKEN = re.compile(r"[A-Za-z0-9._@+/-]{5,}")
-_MAX_TEXT = 400
 
 
 def classify_reply(code: int, text: str) -> tuple[OutcomeKind, str | None]:
@@ -80,11 +78,6 @@ def classify_reply(code: int, text: str) -> tuple[OutcomeKind, str | None]:
     if 500 <= code < 600:
         return OutcomeKind.PERMANENT, enhanced
     return OutcomeKind.TRANSIENT, enhanced
-
-
-def one_line(text: str) -> str:
-    line = " ".join(text.split())
-    return line if len(line) <= _MAX_TEXT else line[: _MAX_TEXT - 3] + "..."
 
 
 def queue_id(reply_text: str) -> str | None:

@@ -23,15 +23,14 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from ..delivery import Delivery, MessageFields, Outcome
-from . import (
+from ...delivery import Delivery, MessageFields, Outcome
+from ..seam import one_line, parse_retry_after
+from .provider import (
     ApiRequest,
     ApiResponse,
     KeyedApi,
     attachment_documents,
     auth_pause,
-    one_line,
-    parse_retry_after,
     sent_with_id,
     string_values,
 )
@@ -54,6 +53,7 @@ def _error(response: ApiResponse) -> tuple[int | None, str]:
 
 class PostmarkApi(KeyedApi):
     kind = "postmark"
+    default_base_url = "https://api.postmarkapp.com"
     idempotency_window_seconds: float | None = None
 
     def _auth_header(self) -> dict[str, str]:

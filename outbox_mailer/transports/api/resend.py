@@ -25,16 +25,14 @@ import re
 from datetime import datetime
 from typing import Any
 
-from ..delivery import Delivery, MessageFields, Outcome
-from . import (
+from ...delivery import Delivery, MessageFields, Outcome
+from ..seam import one_line, parse_retry_after, resend_safe_until
+from .provider import (
     ApiRequest,
     ApiResponse,
     KeyedApi,
     attachment_documents,
     auth_pause,
-    one_line,
-    parse_retry_after,
-    resend_safe_until,
     seconds_until_utc_midnight,
     sent_with_id,
 )
@@ -69,6 +67,8 @@ def _error(response: ApiResponse) -> tuple[str, str]:
 
 class ResendApi(KeyedApi):
     kind = "resend"
+    default_base_url = "https://api.resend.com"
+    default_rate_per_second = 2.0  # Resend's default team limit
     idempotency_window_seconds: float | None = IDEMPOTENCY_WINDOW_SECONDS
 
     def build(self, fields: MessageFields, delivery: Delivery, message_id: str, key: str,

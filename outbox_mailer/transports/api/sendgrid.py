@@ -19,15 +19,14 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from ..delivery import Delivery, MessageFields, Outcome
-from . import (
+from ...delivery import Delivery, MessageFields, Outcome
+from ..seam import one_line, parse_retry_after
+from .provider import (
     ApiRequest,
     ApiResponse,
     KeyedApi,
     attachment_documents,
     auth_pause,
-    one_line,
-    parse_retry_after,
     split_address,
     string_values,
 )
@@ -65,6 +64,7 @@ def retry_after(response: ApiResponse, now: datetime) -> float | None:
 
 class SendGridApi(KeyedApi):
     kind = "sendgrid"
+    default_base_url = "https://api.sendgrid.com"
     idempotency_window_seconds: float | None = None
 
     def build(self, fields: MessageFields, delivery: Delivery, message_id: str, key: str,

@@ -1,9 +1,9 @@
 """SMTP transport over a pool of persistent aiosmtplib connections.
 
-This module and :mod:`.smtp_attempt` are the only importers of aiosmtplib.
+This module and :mod:`.attempt` are the only importers of aiosmtplib.
 aiosmtplib sets every session up; a send then runs the phases itself (MAIL,
 one RCPT per recipient, DATA; pipelined in one write when the server offers
-PIPELINING, see :mod:`.smtp_attempt`) so that it knows where a failure
+PIPELINING, see :mod:`.attempt`) so that it knows where a failure
 happened, which is what decides the outcome:
 
 * a reply refusing MAIL/RCPT/DATA: not sent; 4xx (421 too) transient, 5xx
@@ -21,9 +21,9 @@ happened, which is what decides the outcome:
 * 250 after the message body: sent;
 * recipients refused with 452 (too many recipients): sent in further
   transactions on the same connection within the attempt, see
-  :mod:`.smtp_attempt`;
+  :mod:`.attempt`;
 * a refusal about our account rather than the message (530 authentication
-  required, relaying denied; the exact rule is in :mod:`.smtp_replies`):
+  required, relaying denied; the exact rule is in :mod:`.replies`):
   ``Outcome.paused`` (not charged; the transport is paused for
   ``pause_seconds``, like refused credentials of an API transport); the
   daemon's gate logs the pause with the reply.
@@ -58,12 +58,13 @@ import anyio
 from aiosmtplib import SMTP, SMTPHeloError, SMTPResponseException
 from aiosmtplib.email import parse_address
 
-from ..config import SmtpSettings
-from ..delivery import ComposedMessage, Delivery, Outcome, idempotency_key
-from ..errors import TransportUnavailable
-from .smtp_attempt import LIBRARY_ERRORS, Attempt, Connection, SetupError, describe
-from .smtp_replies import account_refusal, classify_reply, one_line
-from .smtp_wire import Wire, WireError
+from ...config import SmtpSettings
+from ...delivery import ComposedMessage, Delivery, Outcome, idempotency_key
+from ...errors import TransportUnavailable
+from ..seam import one_line
+from .attempt import LIBRARY_ERRORS, Attempt, Connection, SetupError, describe
+from .replies import account_refusal, classify_reply
+from .wire import Wire, WireError
 
 __all__ = ["SmtpTransport", "classify_reply"]
 

@@ -1,0 +1,33 @@
+"""Build every configured transport: ``smtp`` and each ``OUTBOX_MAILER_TRANSPORTS__<NAME>``.
+
+The SMTP kind becomes an :class:`~.smtp.SmtpTransport`; every provider kind of
+:mod:`.registry` an :class:`~.api.http.HttpApiTransport` that sends through its
+provider module.
+"""
+
+from __future__ import annotations
+
+from ..addresses import parse_address
+from ..config import Settings, SmtpTransportSettings
+from ..delivery import Transport
+from .api.http import HttpApiTransport
+from .smtp import SmtpTransport
+
+__all__ = ["build_transports", "probe_sender"]
+
+
+def probe_sender(settings: Settings) -> str | None:
+    """The envelope sender `check` probes an SMTP relay with: the default sender's address."""
+    return None if settings.default_from is None else parse_address(settings.default_from, "default_from").addr_spec
+
+
+def build_transports(settings: Settings) -> dict[str, Transport]:
+    """Every configured transport by name: ``smtp`` and each ``OUTBOX_MAILER_TRANSPORTS__<NAME>``."""
+    sender = probe_sender(settings)
+    transports: dict[str, Transport] = {"smtp": SmtpTransport(settings.smtp, probe_sender=sender)}
+    for name, config in settings.transports.items():
+        if isinstance(config, SmtpTransportSettings):
+            transports[name] = SmtpTransport(config, name=name, probe_sender=sender)
+        else:
+            transports[name] = HttpApiTransport(config, name=name)
+    return transports

@@ -1,0 +1,39 @@
+"""Every transport kind, in one table: ``smtp`` and one entry per provider API.
+
+Plain data and pure classes: importing this module imports no client library and
+no settings, so :mod:`outbox_mailer.config` builds its settings from it (the
+``kind`` values of ``OUTBOX_MAILER_TRANSPORTS__<NAME>__KIND``, each provider's
+default base URL and rate, whether it needs ``api_key`` or ``url``), and
+:mod:`outbox_mailer.transports.factory` builds transports from it.
+
+Adding a provider: write one pure module under :mod:`outbox_mailer.transports.api`
+with a class that satisfies :class:`~outbox_mailer.transports.api.provider.Provider`
+(its class attributes are its settings: ``kind``, ``default_base_url``,
+``default_rate_per_second``, ``idempotency_window_seconds``), and add the class
+to :data:`PROVIDERS` below. Nothing else changes: the settings accept the new
+kind, the HTTP edge sends through it, and the transport contract suite
+(``tests/integration/test_transport_contract.py``) lists it.
+"""
+
+from __future__ import annotations
+
+from .api.postmark import PostmarkApi
+from .api.provider import Provider
+from .api.resend import ResendApi
+from .api.sendgrid import SendGridApi
+from .api.webhook import WebhookApi
+
+__all__ = ["API_PROVIDERS", "PROVIDERS", "SMTP_KIND", "TRANSPORT_KINDS", "in_house"]
+
+SMTP_KIND = "smtp"  # OUTBOX_MAILER_SMTP__* and TRANSPORTS__<NAME>__KIND=smtp: the SMTP transport
+
+# One entry per provider HTTP API (kind=http is an in-house API of the user's own).
+PROVIDERS: tuple[type[Provider], ...] = (ResendApi, PostmarkApi, SendGridApi, WebhookApi)
+
+API_PROVIDERS: dict[str, type[Provider]] = {provider.kind: provider for provider in PROVIDERS}
+TRANSPORT_KINDS: tuple[str, ...] = (SMTP_KIND, *API_PROVIDERS)
+
+
+def in_house(kind: str) -> bool:
+    """The API is the user's own (no public endpoint): configured by ``url``, ``api_key`` optional."""
+    return API_PROVIDERS[kind].default_base_url is None
