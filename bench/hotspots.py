@@ -51,7 +51,7 @@ CATEGORIES = (
     ("composition (compose.py, mime.py)", ("outbox_mailer/compose.py", "outbox_mailer/mime.py")),
     ("daemon, gate, recorder, decide, store, transports (own code)", ("outbox_mailer/",)),
 )
-PLUMBING = ("outbox_mailer/cli.py", "outbox_mailer/__main__.py")
+PLUMBING = ("outbox_mailer/cli/", "outbox_mailer/__main__.py")
 
 
 def category(frames: list[str]) -> str:

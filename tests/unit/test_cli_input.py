@@ -7,20 +7,21 @@ import json
 
 import pytest
 
-from outbox_mailer import cli, operations
+from outbox_mailer import cli
+from outbox_mailer.cli import input as cli_input
 
 
 @pytest.mark.parametrize("text", ["\u0661h", "1\u0660m", "\uff11h", "\u0967d", "1e3s", "-1h", "1 h", "1h\n1h",
                                   "99999999999999999999w", "522w", "inf" + "s"])
 def test_duration_takes_ascii_digits_and_at_most_ten_years(text: str) -> None:
     with pytest.raises(argparse.ArgumentTypeError):
-        operations.duration(text)
+        cli_input.duration(text)
 
 
 @pytest.mark.parametrize(("text", "seconds"), [("90s", 90), ("15m", 900), ("1.5h", 5400), ("7d", 604_800),
                                                ("520w", 520 * 604_800), (" 2w ", 1_209_600)])
 def test_duration_keeps_what_it_always_took(text: str, seconds: float) -> None:
-    assert operations.duration(text) == seconds
+    assert cli_input.duration(text) == seconds
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
@@ -87,7 +88,7 @@ GOOD = {"to_addresses": ["a@example.com"], "subject": "s", "text_body": "b"}
 
 
 def _read(doc: object, limit: int = 1 << 20) -> dict[str, object]:
-    from outbox_mailer.cli_input import read_email
+    from outbox_mailer.cli.input import read_email
 
     raw = doc if isinstance(doc, bytes) else json.dumps(doc).encode()
     return read_email(raw, limit)
@@ -125,7 +126,7 @@ def test_a_good_object_keeps_its_values() -> None:
     ],
 )
 def test_wrong_types_name_the_field(override: dict[str, object], field: str) -> None:
-    from outbox_mailer.cli_input import UsageError
+    from outbox_mailer.cli.input import UsageError
 
     with pytest.raises(UsageError) as info:
         _read({**GOOD, **override})
@@ -133,7 +134,7 @@ def test_wrong_types_name_the_field(override: dict[str, object], field: str) -> 
 
 
 def test_depth_size_encoding_and_constants_are_bounded() -> None:
-    from outbox_mailer.cli_input import MAX_JSON_DEPTH, UsageError, json_depth
+    from outbox_mailer.cli.input import MAX_JSON_DEPTH, UsageError, json_depth
 
     assert json_depth('{"a": "[[[[[[", "b": [{"c": "\\"]]]"}]}') == 3  # brackets in strings do not count
     nested: object = 1

@@ -1,30 +1,25 @@
-"""Operator commands: list, bulk retry, stats --watch, prune, grant.
-
-Registered on the main parser by :func:`register`; shares the output and
-exit-code conventions of :mod:`outbox_mailer.cli` (``--json`` prints one
-object per line).
-"""
+"""Commands on many emails, the queue as a whole: list, retry (one KEY, or --status in bulk), stats, prune."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 import time
-from collections.abc import Callable
 from typing import Any
 
 import anyio
 
-from .cli_input import UsageError, dedupe_key, duration, int_in, seconds_in
-from .config import Settings
-from .errors import NotFound
-from .grants import grant_statements
-from .retention import prune
-from .store import Store
+from ..config import Settings
+from ..delivery import Status
+from ..retention import prune
+from ..store import Store
+from .database import run_with_store
+from .email_commands import retry_one
+from .input import UsageError, dedupe_key, duration, int_in, seconds_in
+from .output import EXIT_NOTHING, EXIT_OK, emit, print_table, stats_lines
 
-EXIT_OK, EXIT_NOTHING, EXIT_USAGE = 0, 1, 2
-STATUSES = ("pending", "sending", "sent", "failed", "cancelled", "in_doubt")
-RETRYABLE = ("failed", "cancelled", "in_doubt")
+STATUSES = tuple(s.value for s in Status)
+RETRYABLE = tuple(s.value for s in (Status.FAILED, Status.CANCELLED, Status.IN_DOUBT))
 MAX_LIST_LIMIT = 100_000
 MAX_ATTEMPTS = 1000  # like OUTBOX_MAILER_MAX_ATTEMPTS
 RETRY_HELP = """\
@@ -39,68 +34,34 @@ far + the new tries (so a second retry of that email gives it two).
 """
 
 
-def _run(settings: Settings, action: Callable[[Store], Any]) -> int:
-    from .cli import with_store
-
-    return anyio.run(with_store, settings, action)
-
-
-def _emit(obj: dict[str, Any]) -> None:
-    from .cli import emit
-
-    emit(obj)
-
-
-# ---- list ------------------------------------------------------------------------
-
-
 def cmd_list(args: argparse.Namespace, settings: Settings) -> int:
     async def go(store: Store) -> int:
         rows = await store.list_by_status(args.status, args.since, args.limit)
         if args.json:
             for row in rows:
-                _emit(row)
+                emit(row)
         else:
-            _print_table(rows)
+            print_table(rows)
         return EXIT_OK if rows else EXIT_NOTHING
 
-    return _run(settings, go)
+    return run_with_store(settings, go)
 
 
-def _print_table(rows: list[dict[str, Any]]) -> None:
-    if not rows:
-        print("no emails match", file=sys.stderr)
-        return
-    print(f"{'dedupe_key':32} {'status':9} {'att':>3}  {'updated_at':25} last_error")
-    for r in rows:
-        error = (r["last_error"] or "").replace("\n", " ")
-        print(f"{r['dedupe_key'][:32]:32} {r['status']:9} {r['attempts']:>3}  "
-              f"{r['updated_at'].isoformat(timespec='seconds'):25} {error[:80]}")
-
-
-# ---- retry (one key, or in bulk) ----------------------------------------------------
+# ---- retry (one key, or in bulk) ----------------------------------------------------------
 
 
 def cmd_retry(args: argparse.Namespace, settings: Settings) -> int:
     if (args.key is None) == (args.status is None):
         raise UsageError("retry takes a KEY, or --status STATUS --since DURATION for many")
     if args.key is not None:
-        async def one(store: Store) -> int:
-            tries = args.attempts
-            if tries is None:  # the row's own limit, else the configured default
-                rows = await store.status([args.key])
-                if not rows:
-                    raise NotFound(args.key)
-                tries = rows[0]["max_attempts"] or settings.max_attempts
-            await store.retry(args.key, tries)
-            print(f"requeued {args.key} ({tries} new {'try' if tries == 1 else 'tries'})")
-            return EXIT_OK
-
-        return _run(settings, one)
+        return retry_one(args.key, args.attempts, settings)
     if args.since is None:
         raise UsageError("a bulk retry needs --since (for example --since 1h)")
+    return _retry_bulk(args, settings)
 
-    async def bulk(store: Store) -> int:
+
+def _retry_bulk(args: argparse.Namespace, settings: Settings) -> int:
+    async def go(store: Store) -> int:
         count = await store.count_retryable(args.status, args.since)
         if count == 0:
             print(f"no {args.status} emails changed in that window", file=sys.stderr)
@@ -110,12 +71,12 @@ def cmd_retry(args: argparse.Namespace, settings: Settings) -> int:
             return EXIT_NOTHING
         done = await store.retry_bulk(args.status, args.since, args.attempts, settings.max_attempts)
         if args.json:
-            _emit({"status": args.status, "requeued": done})
+            emit({"status": args.status, "requeued": done})
         else:
             print(f"requeued {done} emails")
         return EXIT_OK
 
-    return _run(settings, bulk)
+    return run_with_store(settings, go)
 
 
 def _confirm(question: str) -> bool:
@@ -124,14 +85,7 @@ def _confirm(question: str) -> bool:
     return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
 
 
-# ---- stats (--watch) -----------------------------------------------------------------
-
-
-def _format_stats(stats: dict[str, Any]) -> list[str]:
-    def show(value: Any) -> str:
-        return "-" if value is None else f"{value:.1f}" if isinstance(value, float) else str(value)
-
-    return [f"{name:24} {show(value)}" for name, value in stats.items()]
+# ---- stats (--watch) and prune ---------------------------------------------------------------
 
 
 def cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
@@ -139,23 +93,20 @@ def cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
         while True:
             stats = await store.stats()
             if args.json:
-                _emit(stats)
+                emit(stats)
             elif args.watch and sys.stdout.isatty():
                 print("\x1b[H\x1b[2J" + time.strftime("%H:%M:%S  ") + "outbox-mailer stats (Ctrl-C to quit)")
-                print("\n".join(_format_stats(stats)), flush=True)
+                print("\n".join(stats_lines(stats)), flush=True)
             else:
-                print("\n".join(_format_stats(stats)), flush=True)
+                print("\n".join(stats_lines(stats)), flush=True)
             if not args.watch:
                 return EXIT_OK
             await anyio.sleep(args.interval)
 
     try:
-        return _run(settings, go)
+        return run_with_store(settings, go)
     except KeyboardInterrupt:
         return EXIT_OK
-
-
-# ---- prune and grant --------------------------------------------------------------------
 
 
 def cmd_prune(args: argparse.Namespace, settings: Settings) -> int:
@@ -176,30 +127,19 @@ def cmd_prune(args: argparse.Namespace, settings: Settings) -> int:
         if show:
             print(file=sys.stderr)
         if args.json:
-            _emit(result)
+            emit(result)
         else:
             print(" ".join(f"{k}={v}" for k, v in result.items()))
         return EXIT_OK
 
-    return _run(settings, go)
+    return run_with_store(settings, go)
 
 
-def cmd_grant(args: argparse.Namespace, settings: Settings) -> int:
-    statements = grant_statements(args.app_role, args.daemon_role)
-    if args.print_sql:
-        print(";\n".join(statements) + ";")
-        return EXIT_OK
-
-    async def go(store: Store) -> int:
-        await store.run_script(statements)
-        print(f"granted: {args.app_role} may insert and read emails; {args.daemon_role} may run the daemon")
-        return EXIT_OK
-
-    return _run(settings, go)
+# ---- parser ---------------------------------------------------------------------------------
 
 
 def register(sub: Any) -> None:
-    """Add the operator commands to the main parser's subparsers."""
+    """Add list, retry, stats and prune to the main parser's subparsers."""
     p = sub.add_parser("list", help="emails by status, changed recently")
     p.add_argument("--status", action="append", choices=STATUSES, required=True)
     p.add_argument("--since", type=duration, default=duration("1d"), help="e.g. 15m, 1h, 7d (default 1d)")
@@ -230,12 +170,3 @@ def register(sub: Any) -> None:
     p.add_argument("--dry-run", action="store_true", help="only count")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_prune)
-
-    p = sub.add_parser("grant", help="least-privilege grants for an application role and a daemon role")
-    p.add_argument("--app-role", required=True)
-    p.add_argument("--daemon-role", required=True)
-    p.add_argument("--print-sql", action="store_true", help="print the statements instead of running them")
-    p.set_defaults(func=cmd_grant)
-
-
-__all__ = ["UsageError", "duration", "register"]

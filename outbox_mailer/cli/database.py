@@ -1,0 +1,27 @@
+"""How a command reaches the database: one :class:`Store` opened for one action, closed after."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import anyio
+
+from ..config import Settings
+from ..store import Store
+
+T = TypeVar("T")
+
+
+async def with_store(settings: Settings, action: Callable[[Store], Awaitable[T]]) -> T:
+    """Open a store on the configured database, run ``action`` on it, close it."""
+    store = await Store.open(settings.require_database_url())
+    try:
+        return await action(store)
+    finally:
+        await store.close()
+
+
+def run_with_store(settings: Settings, action: Callable[[Store], Awaitable[int]]) -> int:
+    """:func:`with_store` in a fresh event loop: a command's whole run; returns its exit code."""
+    return anyio.run(with_store, settings, action)
