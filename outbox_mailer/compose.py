@@ -63,7 +63,11 @@ from outbox_mailer.delivery import (
     MessageFields,
 )
 from outbox_mailer.errors import CompositionError
-from outbox_mailer.header_fields import address_header, checked_custom_headers, unstructured
+from outbox_mailer.header_fields import (
+    address_header,
+    checked_custom_headers,
+    unstructured,
+)
 
 __all__ = ["check_composed", "compose", "message_id_for"]
 

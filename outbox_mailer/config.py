@@ -37,6 +37,7 @@ from pydantic_settings import (
 from .addresses import parse_address
 from .config_checks import check_database_url, check_helo_name, source_error
 from .errors import CompositionError, ConfigurationError
+from .redaction import redacted_url
 from .transports.registry import API_PROVIDERS, TRANSPORT_KINDS, in_house
 
 ENV_PREFIX = "OUTBOX_MAILER_"
@@ -77,10 +78,6 @@ class SmtpSettings(BaseModel):
     @classmethod
     def _helo_name(cls, value: str | None) -> str | None:
         return value if value is None else check_helo_name(value)
-
-    @property
-    def max_parallel(self) -> int:
-        return self.pool_size
 
     @property
     def effective_port(self) -> int:
@@ -316,7 +313,7 @@ class Settings(BaseSettings):
         """The effective configuration, secrets replaced by '**********'."""
         data = self.model_dump(mode="json")
         if self.database_url is not None:
-            data["database_url"] = _redact_url(self.database_url.get_secret_value())
+            data["database_url"] = redacted_url(self.database_url.get_secret_value())
         return data
 
 
@@ -330,17 +327,6 @@ def parse_listen_address(value: str) -> tuple[str, int]:
     if not (port_text.isascii() and port_text.isdigit()) or not 1 <= int(port_text) <= 65535:
         raise ValueError(f"{value!r}: the port must be a number from 1 to 65535")
     return host, int(port_text)
-
-
-def _redact_url(url: str) -> str:
-    from urllib.parse import urlsplit, urlunsplit
-
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rsplit("@", 1)
-    user = parts.username or ""
-    return urlunsplit(parts._replace(netloc=f"{user}:**********@{netloc[-1]}"))
 
 
 def _setting_name(loc: tuple[Any, ...]) -> str:

@@ -38,10 +38,11 @@ from anyio.abc import TaskGroup
 
 from .breaker import Breaker
 from .claimer import Claimer, DaemonObserver
+from .clock import utc_now
 from .config import Settings
 from .delivery import Transport
 from .errors import DatabaseError, SchemaMismatch
-from .executor import Executor, utc_now
+from .executor import Executor
 from .gate import TransportGate
 from .inflight import InFlight
 from .lanes import Lane

@@ -21,10 +21,11 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 
 import anyio
 
+from .clock import utc_now
 from .compose import compose
 from .config import Settings
 from .decide import RetryPolicy, decide
@@ -40,10 +41,6 @@ log = logging.getLogger("outbox_mailer")
 
 DEFAULT_MESSAGE_ID_SECRET = b"outbox-mailer message-id v1"
 START_MARGIN_SECONDS = 1.0  # a send must end this long before its claim could be rescued
-
-
-def utc_now() -> datetime:
-    return datetime.now(UTC)
 
 
 class Executor:

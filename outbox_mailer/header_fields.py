@@ -16,7 +16,12 @@ import re
 from collections.abc import Sequence
 
 from outbox_mailer import mime
-from outbox_mailer.addresses import ParsedAddress, address_words, checked_text, encoded_words
+from outbox_mailer.addresses import (
+    ParsedAddress,
+    address_words,
+    checked_text,
+    encoded_words,
+)
 from outbox_mailer.errors import CompositionError
 
 __all__ = ["address_header", "checked_custom_headers", "unstructured"]

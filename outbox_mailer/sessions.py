@@ -11,8 +11,8 @@
 
 from __future__ import annotations
 
-import logging
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 
 import anyio

@@ -26,7 +26,13 @@ from __future__ import annotations
 
 from .api.provider import ApiRequest, ApiResponse, Provider
 from .registry import API_PROVIDERS, PROVIDERS, TRANSPORT_KINDS
-from .seam import AUTH_PAUSE_SECONDS, IDEMPOTENCY_WINDOW_SHARE, one_line, parse_retry_after, resend_safe_until
+from .seam import (
+    AUTH_PAUSE_SECONDS,
+    IDEMPOTENCY_WINDOW_SHARE,
+    one_line,
+    parse_retry_after,
+    resend_safe_until,
+)
 
 __all__ = [
     "API_PROVIDERS",

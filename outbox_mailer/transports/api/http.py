@@ -23,16 +23,16 @@ the logging set-up, :func:`outbox_mailer.logs.configure_logging`, quiets it).
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import UTC, datetime
-from urllib.parse import urlsplit, urlunsplit
 
 import anyio
 import httpx
 from pydantic import SecretStr
 
+from ...clock import utc_now
 from ...config import ApiTransportSettings
 from ...delivery import ComposedMessage, Delivery, Outcome, idempotency_key
 from ...errors import TransportUnavailable
+from ...redaction import redacted_url
 from ..registry import API_PROVIDERS, in_house
 from ..seam import AUTH_PAUSE_SECONDS, one_line, resend_safe_until
 from .provider import ApiRequest, ApiResponse, Provider, ProviderOptions
@@ -45,10 +45,6 @@ _NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.
 _WRITTEN_EVENTS = ("http11.send_request_headers.started", "http2.send_request_headers.started")
 
 
-def _utc_now() -> datetime:
-    return datetime.now(UTC)
-
-
 def _secret(value: SecretStr | None) -> str | None:
     return value.get_secret_value() if value is not None else None
 
@@ -58,13 +54,6 @@ def provider_for(settings: ApiTransportSettings, *, auth_pause_seconds: float = 
     options = ProviderOptions(_secret(settings.api_key), settings.effective_base_url,
                               signing_secret=_secret(settings.signing_secret), auth_pause_seconds=auth_pause_seconds)
     return API_PROVIDERS[settings.kind].from_options(options)
-
-
-def _redact_url(url: str) -> str:
-    parts = urlsplit(url)
-    if "@" not in parts.netloc:
-        return url
-    return urlunsplit(parts._replace(netloc="***@" + parts.netloc.rsplit("@", 1)[1]))
 
 
 class HttpApiTransport:
@@ -104,7 +93,7 @@ class HttpApiTransport:
         return self._clean(f"{type(exc).__name__}: {detail}")
 
     def _where(self, request: ApiRequest) -> str:
-        return f"{request.method} {_redact_url(request.url)}"
+        return f"{request.method} {redacted_url(request.url)}"
 
     def _ambiguous(self, delivery: Delivery, error: str) -> Outcome:
         return Outcome.ambiguous(
@@ -118,7 +107,7 @@ class HttpApiTransport:
             return Outcome.unsendable("the message has no fields for an API transport")
         if self._closed:
             return Outcome.held_back(f"transport {self.name!r} is closed")
-        now = _utc_now()
+        now = utc_now()
         try:
             request = self.provider.build(message.fields, delivery, message.message_id,
                                           idempotency_key(delivery, message), now)
@@ -153,7 +142,7 @@ class HttpApiTransport:
             return self._ambiguous(delivery, f"{where}: {limit}; the provider may have accepted the message")
         answer = ApiResponse(response.status_code, {k.lower(): v for k, v in response.headers.items()},
                              response.content)
-        outcome = self.provider.interpret(answer, delivery, _utc_now())
+        outcome = self.provider.interpret(answer, delivery, utc_now())
         if outcome.error:
             outcome = replace(outcome, error=self._clean(outcome.error))
         return outcome
