@@ -227,7 +227,7 @@ class Settings(BaseSettings):
     message_id_secret: SecretStr | None = None  # HMAC key for Message-IDs; keep it stable
     worker_name: str | None = None  # recorded with each attempt; None: host:pid
     metrics_address: str | None = None  # "host:port" for /metrics, /healthz, /readyz; None: no endpoint
-    debug_wedge_file: str | None = None  # tests only: while this file exists the claim loop stops (watchdog test)
+    debug_wedge_file: str | None = None  # while this file exists the claim loop stops: proves a watchdog set-up
 
     @field_validator("database_url")
     @classmethod

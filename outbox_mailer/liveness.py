@@ -53,7 +53,7 @@ class Liveness:
 
     async def beat_or_wedge(self) -> None:
         if self._wedge_file and os.path.exists(self._wedge_file):
-            log.error("debug_wedge_file %s exists: the claim loop stops (test switch for the watchdog)",
+            log.error("debug_wedge_file %s exists: the claim loop stops (a watchdog drill)",
                       self._wedge_file)
             await anyio.sleep_forever()
         self.beat()
