@@ -140,3 +140,24 @@ async def test_the_rescuer_reads_unreadable_rows_without_dying(running: Any, sto
     rows = await r.final("stranded", timeout=15)
     assert rows["stranded"]["status"] == "failed"
     assert "expires_at" in rows["stranded"]["last_error"]
+
+
+async def test_an_update_of_the_content_is_checked_and_resized(store: Store) -> None:
+    await insert(store, "edited", text_body="x" * 100)
+    await store.execute("UPDATE email_deliveries SET text_body = repeat('y', 5000) WHERE dedupe_key = 'edited'")
+    [row] = await store.fetch("SELECT content_bytes FROM email_deliveries WHERE dedupe_key = 'edited'")
+    assert row["content_bytes"] > 5000, "the size follows the content"
+    with pytest.raises(Exception) as raised:
+        await store.execute("UPDATE email_deliveries SET metadata = jsonb_build_object('a', " + NESTED + ") "
+                            "WHERE dedupe_key = 'edited'")
+    assert isinstance(raised.value.__cause__ or raised.value, asyncpg.CheckViolationError)
+
+
+async def test_claims_and_outcome_writes_fire_no_row_trigger_function(store: Store) -> None:
+    """A BEFORE UPDATE row trigger would make PostgreSQL fetch and lock the old row on every
+    claim and outcome write (the hot path); the content checks fire on INSERT and after an
+    UPDATE of the content only."""
+    rows = await store.fetch(
+        "SELECT tgname FROM pg_trigger WHERE tgrelid = 'email_deliveries'::regclass AND NOT tgisinternal "
+        "AND (tgtype & 2) <> 0 AND (tgtype & 16) <> 0")  # BEFORE (2) and UPDATE (16)
+    assert rows == []
