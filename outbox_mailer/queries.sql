@@ -247,7 +247,7 @@ SELECT
 FROM email_deliveries;
 
 -- name: count_unfinished
--- How many rows are not final (pending, sending, in_doubt): the demo waits for zero.
+-- How many rows the daemon still has to settle (pending or sending; in_doubt waits for an operator): the demo waits for zero.
 SELECT count(*) FROM email_deliveries WHERE status IN ('pending', 'sending');
 
 -- name: scrub_batch
