@@ -1,0 +1,75 @@
+"""PostgreSQL's CPU per email for the two hot statements alone: claim_due + record_outcomes.
+
+    .venv/bin/python bench/statement_cost.py [ROWS]
+
+A throwaway cluster, ROWS (20,000) pending rows with ~1.6 KB bodies, then one
+connection claims 100 at a time and records each batch as sent, as the daemon
+does, without the daemon. Prints the backend's CPU (user + system, from
+/proc) per row, for the whole loop and for the claim alone. To compare two
+checkouts, run it from each in turn, alternating, on the same machine:
+``PYTHONPATH=OTHER_CHECKOUT .venv/bin/python bench/statement_cost.py``
+(older checkouts' record_outcomes took ``defer_release``; it is passed when present).
+The figures swing by 10-20% between runs on a shared machine: compare medians.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import os
+import sys
+import time
+from datetime import UTC, datetime
+
+from outbox_mailer.decide import RetryPolicy, decide
+from outbox_mailer.delivery import Outcome
+from outbox_mailer.migrations import load_migrations
+from outbox_mailer.pgcluster import TemporaryPostgres
+from outbox_mailer.store import AttemptRecord, ClaimSession, OutcomeWrite, Store
+
+ROWS = int(sys.argv[1]) if len(sys.argv) > 1 else 20_000
+INSERT = """
+INSERT INTO email_deliveries (dedupe_key, to_addresses, subject, text_body, html_body)
+SELECT 'k' || g, ARRAY['user' || g || '@example.com'], 'Subject ' || g, repeat('text body ', 80),
+       '<p>' || repeat('html body ', 80) || '</p>'
+FROM generate_series(1, $1) g
+"""
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def main() -> None:
+    with TemporaryPostgres() as pg:
+        store = await Store.open(pg.url)
+        await store.migrate(load_migrations())
+        await store.run_script([INSERT.replace("$1", str(ROWS)), "ANALYZE email_deliveries"])
+        await store.close()
+        session = await ClaimSession.open(pg.url)
+        pid = await session._conn.fetchval("SELECT pg_backend_pid()")
+        extra = {"defer_release": True} if "defer_release" in inspect.signature(session.record_outcomes).parameters else {}
+        policy, claim_cpu, rows = RetryPolicy(), 0.0, 0
+        started_cpu, started = cpu_seconds(pid), time.monotonic()
+        while True:
+            before = cpu_seconds(pid)
+            batch = await session.claim_due(100, "bench")
+            claim_cpu += cpu_seconds(pid) - before
+            if not batch:
+                break
+            now = datetime.now(UTC)
+            sent = Outcome.sent("q")
+            await session.record_outcomes([
+                OutcomeWrite(d, decide(d, sent, now, policy, 0.5),
+                             AttemptRecord(d.attempts, now, now, sent.kind, 250, None, None, "smtp", "bench"))
+                for d in batch], **extra)
+            rows += len(batch)
+        total = cpu_seconds(pid) - started_cpu
+        await session.close()
+    print(f"rows={rows} postgres_cpu_us_per_row={total / rows * 1e6:.1f} claim_us_per_row={claim_cpu / rows * 1e6:.1f} "
+          f"rows_per_s={rows / (time.monotonic() - started):.0f}")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
