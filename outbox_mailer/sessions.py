@@ -86,11 +86,7 @@ class DaemonSessions:
         """While the claim loop waits for work: no claim is coming to carry the unlocks, so the
         claim session releases them now and after each later write (across a reconnect too)."""
         self._idle = True
-        try:
-            await (await self.claim_session()).go_idle()
-        except DatabaseError as exc:
-            if not self._stopping.is_set():
-                await self.failed(exc)  # closing the session releases every lock it held
+        await self._release_committed(reconnect=True)
         try:
             yield
         finally:
@@ -99,11 +95,14 @@ class DaemonSessions:
     async def stop_claiming(self) -> None:
         """The claim loop ended: from now on every outcome is unlocked right after its write."""
         self._idle = True
-        if self._claim is not None and not self._claim.is_closed():
-            try:
-                await self._claim.go_idle()
-            except DatabaseError as exc:
-                await self.failed(exc)
+        await self._release_committed(reconnect=False)
+
+    async def _release_committed(self, *, reconnect: bool) -> None:
+        try:
+            if reconnect or (self._claim is not None and not self._claim.is_closed()):
+                await (await self.claim_session()).go_idle()
+        except DatabaseError as exc:
+            await self.failed(exc)  # closing the session releases every lock it held
 
     async def failed(self, exc: Exception) -> None:
         """A statement on the claim session failed: drop it (its locks go with it); the next use reconnects."""

@@ -32,16 +32,12 @@ class _Unreadable(ValueError):
 
 def _instant(row: asyncpg.Record, field: str, *, infinity_is_none: bool = False) -> datetime | None:
     seconds = row[field]
-    if seconds is None:
+    if seconds is None or (infinity_is_none and seconds == math.inf):
         return None
-    if math.isinf(seconds) and seconds > 0 and infinity_is_none:
-        return None
-    try:
-        if not math.isfinite(seconds):
-            raise ValueError("infinite")
-        return datetime.fromtimestamp(seconds, UTC)
-    except (OverflowError, ValueError, OSError) as exc:
-        raise _Unreadable(f"{field}: timestamp out of range ({seconds:g} s from 1970): {exc}") from None
+    instant = instant_or_none(seconds)
+    if instant is None:
+        raise _Unreadable(f"{field}: timestamp out of range ({seconds:g} s from 1970)")
+    return instant
 
 
 def instant_or_none(seconds: float | None) -> datetime | None:
