@@ -5,13 +5,16 @@
 * :class:`ComposedMessage` – what composition makes of a row: envelope and
   the exact bytes to send.
 * :class:`Outcome` – what a transport reports about one attempt, with its :class:`Cause`.
-* :class:`Transport` – the seam every transport implements.
+* :class:`Transport` – the seam every transport implements; :class:`BatchTransport` –
+  one that also sends many messages per request, each member getting a
+  :data:`BatchOutcome` (an :class:`Outcome`, or :class:`SendSingly`).
 """
 
 from __future__ import annotations
 
 import enum
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
@@ -213,6 +216,29 @@ class Outcome:
         return cls(Cause.UNSENDABLE, error=error, **kw)
 
 
+@dataclass(frozen=True, slots=True)
+class SendSingly:
+    """A batch member the provider did not judge: send it again on its own.
+
+    A provider refused a batch request as a whole (a 4xx that names no member, or a
+    request that could not be built), so nothing in it was sent and nothing was said
+    about this member. It is not an attempt's outcome: the caller sends the member
+    again singly, under its own idempotency key, and records what that send returns.
+    :meth:`held_back` is the outcome to record instead when it cannot do so now.
+    """
+
+    reason: str  # why the batch was refused, human readable, no secrets
+    reply_code: int | None = None  # the batch request's HTTP status, if it got one
+
+    def held_back(self) -> Outcome:
+        """The outcome to record when the member is not sent singly at once (retried, not charged)."""
+        return Outcome.held_back(f"{self.reason}; to be sent singly", reply_code=self.reply_code)
+
+
+# What a batch request says about one member, in request order: an attempt's outcome, or send it singly.
+BatchOutcome = Outcome | SendSingly
+
+
 def idempotency_key(delivery: Delivery, message: ComposedMessage) -> str:
     """The key providers de-duplicate by: the dedupe key when it is safe in an HTTP/SMTP
     header (printable ASCII, at most 255 characters), else a digest stable across retries."""
@@ -241,3 +267,22 @@ class Transport(Protocol):
 
     async def aclose(self) -> None:
         """Close pooled connections."""
+
+
+class BatchTransport(Transport, Protocol):
+    """A transport that can also send many messages in one request (a provider batch endpoint).
+
+    ``batch_limit`` is 0 when batching is off or the far side has no batch endpoint.
+    Members go in one request under one idempotency key (``key``, recorded by the
+    caller before the request: :func:`outbox_mailer.transports.seam.batch_idempotency_key`).
+    """
+
+    batch_limit: int  # most members in one request; 0: never batch
+
+    def batchable(self, message: ComposedMessage, delivery: Delivery) -> bool:
+        """Whether this message may go in a batch (else it goes singly: attachments, size ...)."""
+
+    async def send_batch(self, messages: Sequence[ComposedMessage], deliveries: Sequence[Delivery],
+                         key: str) -> list[BatchOutcome]:
+        """Try once, in one request: exactly one result per member, in order. Never raises for a
+        delivery problem; raises ValueError when the members break the contract above."""
