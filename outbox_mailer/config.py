@@ -23,6 +23,7 @@ from pydantic import (
     Field,
     SecretStr,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -38,7 +39,7 @@ from .addresses import parse_address
 from .config_checks import check_database_url, check_helo_name, source_error
 from .errors import CompositionError, ConfigurationError
 from .redaction import redacted_url
-from .transports.registry import API_PROVIDERS, TRANSPORT_KINDS, in_house
+from .transports.registry import API_PROVIDERS, BATCH_KINDS, TRANSPORT_KINDS, has_batch_endpoint, in_house
 
 ENV_PREFIX = "OUTBOX_MAILER_"
 TLS_DEFAULT_PORTS = {"none": 25, "starttls": 587, "implicit": 465}
@@ -119,6 +120,7 @@ class SmtpTransportSettings(SmtpSettings):
 API_DEFAULT_BASE_URLS = {kind: p.default_base_url for kind, p in API_PROVIDERS.items() if p.default_base_url}
 ApiKind = Literal[tuple(API_PROVIDERS)]  # type: ignore[valid-type]  # "resend", "postmark", "sendgrid", "http"
 _IN_HOUSE_KINDS = " or ".join(repr(kind) for kind in API_PROVIDERS if in_house(kind))
+_BATCH_KINDS = " and ".join(repr(kind) for kind in BATCH_KINDS)
 
 
 class ApiTransportSettings(BaseModel):
@@ -135,6 +137,18 @@ class ApiTransportSettings(BaseModel):
     max_parallel: int = Field(default=4, ge=1, le=256)  # requests in flight; 1-256
     rate_per_second: float | None = Field(default=None, ge=MIN_RATE, le=MAX_RATE)  # None: Resend 2/s, others unlimited; 0.001-100000
     burst: int = Field(default=1, ge=1, le=MAX_RATE)  # 1-100000
+    # Many emails per request where the provider has a batch endpoint: default true for
+    # resend (100 per request) and postmark (500), false for the other kinds (true is refused).
+    batch: bool = True
+
+    @field_validator("batch")
+    @classmethod
+    def _batch_needs_an_endpoint(cls, value: bool, info: ValidationInfo) -> bool:
+        kind = info.data.get("kind")  # only when set explicitly: the default follows the kind below
+        if value and kind is not None and not has_batch_endpoint(kind):
+            raise ValueError(f"kind {kind!r} has no batch endpoint: batch=true applies to kind {_BATCH_KINDS} "
+                             "only; leave it unset or set it to false")
+        return value
 
     @property
     def send_timeout_seconds(self) -> float:
@@ -161,6 +175,8 @@ class ApiTransportSettings(BaseModel):
             raise ValueError(f"a transport of kind {self.kind!r} needs api_key")
         if self.signing_secret is not None and not in_house(self.kind):
             raise ValueError(f"signing_secret applies to kind {_IN_HOUSE_KINDS} only")
+        if self.batch and not has_batch_endpoint(self.kind):
+            self.batch = False  # the default for a kind without a batch endpoint (an explicit true is refused above)
         return self
 
 

@@ -9,7 +9,9 @@ default base URL and rate, whether it needs ``api_key`` or ``url``), and
 Adding a provider: write one pure module under :mod:`outbox_mailer.transports.api`
 with a class that satisfies :class:`~outbox_mailer.transports.api.provider.Provider`
 (its class attributes are its settings: ``kind``, ``default_base_url``,
-``default_rate_per_second``, ``idempotency_window_seconds``), and add the class
+``default_rate_per_second``, ``idempotency_window_seconds``; with a batch endpoint
+also ``batch_limit`` and the methods of
+:class:`~outbox_mailer.transports.api.batches.BatchProvider`), and add the class
 to :data:`PROVIDERS` below. Nothing else changes: the settings accept the new
 kind, the HTTP edge sends through it, and the transport contract suite
 (``tests/integration/test_transport_contract.py``) lists it.
@@ -23,7 +25,8 @@ from .api.resend import ResendApi
 from .api.sendgrid import SendGridApi
 from .api.webhook import WebhookApi
 
-__all__ = ["API_PROVIDERS", "PROVIDERS", "SMTP_KIND", "TRANSPORT_KINDS", "in_house"]
+__all__ = ["API_PROVIDERS", "BATCH_KINDS", "PROVIDERS", "SMTP_KIND", "TRANSPORT_KINDS", "has_batch_endpoint",
+           "in_house"]
 
 SMTP_KIND = "smtp"  # OUTBOX_MAILER_SMTP__* and TRANSPORTS__<NAME>__KIND=smtp: the SMTP transport
 
@@ -32,6 +35,15 @@ PROVIDERS: tuple[type[Provider], ...] = (ResendApi, PostmarkApi, SendGridApi, We
 
 API_PROVIDERS: dict[str, type[Provider]] = {provider.kind: provider for provider in PROVIDERS}
 TRANSPORT_KINDS: tuple[str, ...] = (SMTP_KIND, *API_PROVIDERS)
+
+
+def has_batch_endpoint(kind: str) -> bool:
+    """The provider sends many emails per request (its class has a ``batch_limit``): resend, postmark."""
+    provider = API_PROVIDERS.get(kind)
+    return provider is not None and getattr(provider, "batch_limit", 0) > 0
+
+
+BATCH_KINDS: tuple[str, ...] = tuple(kind for kind in API_PROVIDERS if has_batch_endpoint(kind))
 
 
 def in_house(kind: str) -> bool:

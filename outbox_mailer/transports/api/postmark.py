@@ -16,21 +16,32 @@ Answers:
 429                                                transient, Retry-After honoured
 5xx                                                ambiguous (the in_doubt policy decides)
 =================================================  ================================
+
+Batches (``POST /email/batch``, up to 500 messages and 50 MB; no key): HTTP 200 with one
+result per message, in order, each with its own ``ErrorCode``: 0 sent with its
+``MessageID``, any other code as in the table above for that member alone (406 and 300
+permanent, 429 transient, 10 and 405 pause). A result list that does not match the
+members is ambiguous for each; any other answer as :func:`.batches.whole_batch` says (a
+4xx refusal sends every member again singly; 401/403, 429 and 5xx as for one email).
+A message whose JSON exceeds its share of the 50 MB (100 KB less slack) goes singly.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, ClassVar
 
-from ...delivery import Delivery, MessageFields, Outcome
+from ...delivery import BatchOutcome, Delivery, MessageFields, Outcome
 from ..seam import one_line, parse_retry_after
+from .batches import BatchItem, check_members, whole_batch
 from .provider import (
     ApiRequest,
     ApiResponse,
     KeyedApi,
     attachment_documents,
     auth_pause,
+    json_body,
     sent_with_id,
     string_values,
 )
@@ -40,6 +51,9 @@ ERROR_INVALID_REQUEST = 300
 ERROR_NOT_ALLOWED_TO_SEND = 405
 ERROR_INACTIVE_RECIPIENT = 406
 ERROR_RATE_LIMIT = 429
+BATCH_LIMIT = 500  # messages per POST /email/batch
+BATCH_BYTES_LIMIT = 50_000_000  # bytes per POST /email/batch, attachments included
+MEMBER_SLACK_BYTES = 2_000  # room for a member's Message-ID header and the list's punctuation
 
 
 def _error(response: ApiResponse) -> tuple[int | None, str]:
@@ -55,12 +69,18 @@ class PostmarkApi(KeyedApi):
     kind = "postmark"
     default_base_url = "https://api.postmarkapp.com"
     idempotency_window_seconds: float | None = None
+    batch_limit: ClassVar[int] = BATCH_LIMIT
+    batch_bytes_limit: ClassVar[int] = BATCH_BYTES_LIMIT
 
     def _auth_header(self) -> dict[str, str]:
         return {"X-Postmark-Server-Token": self._key}
 
     def build(self, fields: MessageFields, delivery: Delivery, message_id: str, key: str,
               now: datetime) -> ApiRequest:
+        return self._post_json("/email", self._document(fields, delivery, message_id))
+
+    def _document(self, fields: MessageFields, delivery: Delivery, message_id: str) -> dict[str, Any]:
+        """One email as Postmark's JSON object: the same for a single send and a batch member."""
         document: dict[str, Any] = {"From": fields.from_address, "To": ", ".join(fields.to),
                                     "Subject": fields.subject}
         if fields.cc:
@@ -82,7 +102,7 @@ class PostmarkApi(KeyedApi):
         metadata = string_values(delivery.metadata)
         if metadata:
             document["Metadata"] = metadata
-        return self._post_json("/email", document)
+        return document
 
     def interpret(self, response: ApiResponse, delivery: Delivery, now: datetime) -> Outcome:
         status = response.status
@@ -96,17 +116,70 @@ class PostmarkApi(KeyedApi):
             return Outcome.transient(described, reply_code=status,
                                      retry_after_seconds=parse_retry_after(response.header("retry-after"), now))
         if 400 <= status < 500:
-            if code == ERROR_RATE_LIMIT:
-                return Outcome.transient(described, reply_code=status,
-                                         retry_after_seconds=parse_retry_after(response.header("retry-after"), now))
-            if code == ERROR_NOT_ALLOWED_TO_SEND:
-                return Outcome.paused(f"{described}; transport paused for {self.auth_pause_seconds:g} s",
-                                      self.auth_pause_seconds, reply_code=status)
-            return Outcome.permanent(described, reply_code=status)
+            return self._refused(code, described, status, parse_retry_after(response.header("retry-after"), now))
         if status >= 500:
             return Outcome.ambiguous(f"{described}; Postmark may have accepted the message (no idempotency key)",
                                      reply_code=status)
         return Outcome.transient(f"unexpected answer {described}", reply_code=status)
 
+    def _refused(self, code: int | None, described: str, reply_code: int | None,
+                 retry_after: float | None) -> Outcome:
+        """A refusal by ``ErrorCode``: of a single send's 4xx answer, or of one batch member."""
+        if code == ERROR_BAD_TOKEN:
+            return Outcome.paused(f"{described}: credentials refused: check api_key; transport paused for "
+                                  f"{self.auth_pause_seconds:g} s", self.auth_pause_seconds, reply_code=reply_code)
+        if code == ERROR_RATE_LIMIT:
+            return Outcome.transient(described, reply_code=reply_code, retry_after_seconds=retry_after)
+        if code == ERROR_NOT_ALLOWED_TO_SEND:
+            return Outcome.paused(f"{described}; transport paused for {self.auth_pause_seconds:g} s",
+                                  self.auth_pause_seconds, reply_code=reply_code)
+        return Outcome.permanent(described, reply_code=reply_code)
+
     def check_request(self) -> ApiRequest:
         return ApiRequest("GET", f"{self.base_url}/server", self._headers())
+
+    # -- batches: POST /email/batch --------------------------------------------------------
+
+    def batchable(self, fields: MessageFields, delivery: Delivery) -> bool:
+        """Every message whose JSON fits its share of the request's byte bound, so that any
+        ``batch_limit`` batchable messages fit in one request; larger ones go singly."""
+        return len(json_body(self._document(fields, delivery, ""))) <= self.member_bytes_limit
+
+    @property
+    def member_bytes_limit(self) -> int:
+        """A member's share of ``batch_bytes_limit`` (room left for its Message-ID and the list's commas)."""
+        return self.batch_bytes_limit // self.batch_limit - MEMBER_SLACK_BYTES
+
+    def build_batch(self, items: Sequence[BatchItem], key: str) -> ApiRequest:
+        """``key`` is not sent: Postmark has no idempotency key."""
+        check_members(len(items), self.batch_limit, "Postmark")
+        request = self._post_json("/email/batch", [self._document(i.fields, i.delivery, i.message_id) for i in items])
+        size = len(request.body or b"")
+        if size > self.batch_bytes_limit:
+            raise ValueError(f"the Postmark batch is {size} bytes, over the limit of {self.batch_bytes_limit}")
+        return request
+
+    def interpret_batch(self, response: ApiResponse, deliveries: Sequence[Delivery],
+                        now: datetime) -> list[BatchOutcome]:
+        status = response.status
+        if not 200 <= status < 300:
+            return whole_batch(response, deliveries, now, self.interpret)
+        results = response.json()
+        if not isinstance(results, list) or len(results) != len(deliveries):
+            got = f"{len(results)} results" if isinstance(results, list) else "no result list"
+            return [Outcome.ambiguous(f"HTTP {status}: the batch answer ({got}) does not match its {len(deliveries)} "
+                                      "members; Postmark may have accepted the message (no idempotency key)",
+                                      reply_code=status) for _ in deliveries]
+        retry_after = parse_retry_after(response.header("retry-after"), now)
+        return [self._member(index, result, status, retry_after) for index, result in enumerate(results)]
+
+    def _member(self, index: int, result: Any, status: int, retry_after: float | None) -> Outcome:
+        code = result.get("ErrorCode") if isinstance(result, dict) else None
+        if not isinstance(code, int) or isinstance(code, bool):
+            return Outcome.ambiguous(f"HTTP {status} batch item {index}: no ErrorCode in its result; Postmark may "
+                                     "have accepted the message (no idempotency key)", reply_code=status)
+        if code == 0:
+            message_id = result.get("MessageID")
+            return Outcome.sent(str(message_id) if message_id else None, reply_code=status)
+        message = one_line(str(result.get("Message") or ""))
+        return self._refused(code, f"HTTP {status} batch item {index}: ErrorCode {code}: {message}", None, retry_after)

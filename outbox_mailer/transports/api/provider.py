@@ -196,6 +196,6 @@ class KeyedApi:
     def _auth_header(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self._key}"}
 
-    def _post_json(self, path: str, document: dict[str, Any], **headers: str) -> ApiRequest:
+    def _post_json(self, path: str, document: dict[str, Any] | list[Any], **headers: str) -> ApiRequest:
         headers = {**self._headers(), "Content-Type": "application/json", **headers}
         return ApiRequest("POST", f"{self.base_url}{path}", headers, json_body(document))

@@ -17,16 +17,27 @@ Answers:
 401, 403                                     pause (credentials refused), not charged
 5xx                                          ambiguous, safe to resend inside the key window
 ===========================================  ===========================================
+
+Batches (``POST /emails/batch``, up to 100 emails, no attachments, one ``Idempotency-Key``
+for the request, ``x-batch-validation: permissive``): a 2xx answer lists the created
+emails' ids in request order under ``data`` and the refused members under ``errors``
+(``{"index", "message"}``): each refused member is permanent, each created one sent with
+its id; an answer that does not match the members is ambiguous for each. 409
+``invalid_idempotent_request`` is ambiguous for each member (an earlier request with the
+key may have sent it); any other answer as :func:`.batches.whole_batch` says (a 4xx
+refusal sends every member again singly; 401/403, 429, quota and 5xx as for one email).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, ClassVar
 
-from ...delivery import Delivery, MessageFields, Outcome
+from ...delivery import BatchOutcome, Delivery, MessageFields, Outcome
 from ..seam import one_line, parse_retry_after, resend_safe_until
+from .batches import BatchItem, check_members, whole_batch
 from .provider import (
     ApiRequest,
     ApiResponse,
@@ -38,6 +49,8 @@ from .provider import (
 )
 
 IDEMPOTENCY_WINDOW_SECONDS = 86_400.0
+BATCH_LIMIT = 100  # emails per POST /emails/batch
+BATCH_VALIDATION_HEADER = "x-batch-validation"  # "permissive": per-item errors instead of refusing the batch
 CONCURRENT_RETRY_SECONDS = 1.0
 MONTHLY_QUOTA_PAUSE_SECONDS = 86_400.0
 _TAG = re.compile(r"[A-Za-z0-9_-]{1,256}")
@@ -70,9 +83,14 @@ class ResendApi(KeyedApi):
     default_base_url = "https://api.resend.com"
     default_rate_per_second = 2.0  # Resend's default team limit
     idempotency_window_seconds: float | None = IDEMPOTENCY_WINDOW_SECONDS
+    batch_limit: ClassVar[int] = BATCH_LIMIT
 
     def build(self, fields: MessageFields, delivery: Delivery, message_id: str, key: str,
               now: datetime) -> ApiRequest:
+        return self._post_json("/emails", self._document(fields, delivery), **{"Idempotency-Key": key})
+
+    def _document(self, fields: MessageFields, delivery: Delivery) -> dict[str, Any]:
+        """One email as Resend's JSON object: the same for a single send and a batch member."""
         document: dict[str, Any] = {
             "from": fields.from_address,
             "to": list(fields.to),
@@ -95,7 +113,7 @@ class ResendApi(KeyedApi):
         row_tags = tags(delivery.metadata)
         if row_tags:
             document["tags"] = row_tags
-        return self._post_json("/emails", document, **{"Idempotency-Key": key})
+        return document
 
     def interpret(self, response: ApiResponse, delivery: Delivery, now: datetime) -> Outcome:
         status = response.status
@@ -133,3 +151,61 @@ class ResendApi(KeyedApi):
 
     def check_request(self) -> ApiRequest:
         return ApiRequest("GET", f"{self.base_url}/domains", self._headers())
+
+    # -- batches: POST /emails/batch ------------------------------------------------------
+
+    def batchable(self, fields: MessageFields, delivery: Delivery) -> bool:
+        return not fields.attachments  # Resend takes no attachments in a batch (nor scheduled_at: never sent)
+
+    def build_batch(self, items: Sequence[BatchItem], key: str) -> ApiRequest:
+        check_members(len(items), self.batch_limit, "Resend")
+        if any(item.fields.attachments for item in items):
+            raise ValueError("Resend takes no attachments in a batch: send such a message singly")
+        documents = [self._document(item.fields, item.delivery) for item in items]
+        return self._post_json("/emails/batch", documents,
+                               **{"Idempotency-Key": key, BATCH_VALIDATION_HEADER: "permissive"})
+
+    def interpret_batch(self, response: ApiResponse, deliveries: Sequence[Delivery],
+                        now: datetime) -> list[BatchOutcome]:
+        status = response.status
+        if 200 <= status < 300:
+            return self._members(response, deliveries)
+        name, message = _error(response)
+        if status == 409 and name == "invalid_idempotent_request":
+            # The key was used before with another payload: that earlier request may have sent these.
+            return [Outcome.ambiguous(
+                f"HTTP 409 {name}: {message}; an earlier request with this batch key may have sent the member "
+                "(the in_doubt policy decides)", reply_code=status) for _ in deliveries]
+        return whole_batch(response, deliveries, now, self.interpret)
+
+    def _members(self, response: ApiResponse, deliveries: Sequence[Delivery]) -> list[BatchOutcome]:
+        """A 2xx answer: ``data`` holds the ids of the created emails in request order, skipping the
+        members listed in ``errors`` (``{"index", "message"}``, permissive validation)."""
+        body = response.json()
+        data = body.get("data") if isinstance(body, dict) else None
+        errors = (body.get("errors") or []) if isinstance(body, dict) else []
+        refused: dict[int, str] = {}
+        for error in errors if isinstance(errors, list) else []:
+            index = error.get("index") if isinstance(error, dict) else None
+            if isinstance(index, int) and not isinstance(index, bool) and 0 <= index < len(deliveries):
+                refused[index] = one_line(str(error.get("message") or "refused"))
+        created = len(deliveries) - len(refused)
+        if not isinstance(data, list) or not isinstance(errors, list) or len(refused) != len(errors) \
+                or len(data) != created:
+            got = f"{len(data)} ids" if isinstance(data, list) else "no ids"
+            return [Outcome.ambiguous(
+                f"HTTP {response.status}: the batch answer ({got}, {len(refused)} errors) does not match its "
+                f"{len(deliveries)} members; Resend may have accepted the message",
+                reply_code=response.status,
+                resend_safe_until=resend_safe_until(delivery, self.idempotency_window_seconds),
+            ) for delivery in deliveries]
+        ids = iter(data)
+        outcomes: list[BatchOutcome] = []
+        for index in range(len(deliveries)):
+            if index in refused:
+                outcomes.append(Outcome.permanent(f"HTTP {response.status} batch item {index}: {refused[index]}"))
+                continue
+            entry = next(ids)
+            email_id = entry.get("id") if isinstance(entry, dict) else None
+            outcomes.append(Outcome.sent(str(email_id) if email_id else None, reply_code=response.status))
+        return outcomes
