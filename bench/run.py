@@ -1,7 +1,7 @@
 """outbox-mailer benchmark: one command, one throwaway PostgreSQL, every figure side by side.
 
-    .venv/bin/python bench/run.py            # full run (~5-8 minutes on 2 cores)
-    .venv/bin/python bench/run.py --quick    # smoke run (~1 minute)
+    .venv/bin/python bench/run.py            # full run (~8-11 minutes on 2 cores)
+    .venv/bin/python bench/run.py --quick    # smoke run (~2 minutes)
 
 What it measures (each figure the median of --reps repetitions unless noted),
 on a throwaway PostgreSQL cluster with fsync and synchronous_commit ON:
@@ -16,22 +16,25 @@ on a throwaway PostgreSQL cluster with fsync and synchronous_commit ON:
    the SMTP server, one row per transaction at 100/s;
 4. growth: the core figure with 1,000,000 sent rows in the table, and the
    daemon's memory while it drains a 100,000-row backlog;
-5. WAL bytes per email.
+5. WAL bytes and CPU (PostgreSQL's, the daemon's, PgQueuer's worker's) per email;
+6. realistic (realistic.py): PostgreSQL CPU and WAL per email with the real
+   daemon sending 1.8 KB receipts to a relay that takes 20 ms (50 ms) per message;
+7. api (api_bench.py): emails/s through a Resend-like loopback API limited to
+   2 requests/s, singly and batched.
 
 Workers run as separate OS processes (bench/*_worker.py, raw_smtp.py,
-latency_sink.py); the daemon under test in 2-3 is the real CLI
-(`python -m outbox_mailer run`). Prints machine facts and a markdown table.
+latency_sink.py, relay_sink.py, api_sink.py); the daemon under test in 2-3 and
+6-7 is the real CLI (`python -m outbox_mailer run`). Prints machine facts and a
+markdown table (report.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -40,37 +43,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import common
+from api_bench import measure_api
+from bench_db import Db
+from bootstrap import ensure_python_deps, ensure_smtp_sink, reexec_in_project_venv
 from common import BENCH_DIR, ROOT, median
+from processes import PY, DaemonProcess, Daemons, SmtpSink, log, run_worker
+from realistic import measure_realistic
+from report import report
 
-PY = sys.executable
-
-
-# ---------------------------------------------------------------------------- set-up
-
-
-def ensure_python_deps() -> None:
-    try:
-        import pgqueuer  # noqa: F401
-        import uvloop  # noqa: F401
-    except ImportError:
-        print("installing bench requirements into", sys.prefix, flush=True)
-        subprocess.run([PY, "-m", "pip", "install", "-q", "-r", str(BENCH_DIR / "requirements.txt")], check=True)
+PARTS = ("core", "realistic", "smtp", "api", "latency", "memory", "growth")
 
 
-def ensure_smtp_sink() -> str:
-    path = shutil.which("smtp-sink") or ("/usr/sbin/smtp-sink" if os.path.exists("/usr/sbin/smtp-sink") else None)
-    if path:
-        return path
-    if os.geteuid() != 0:
-        sys.exit("smtp-sink missing: install Debian's postfix package (as root: apt-get install postfix)")
-    print("installing postfix (for smtp-sink only; the postfix service is not configured)", flush=True)
-    subprocess.run(["debconf-set-selections"], input="postfix postfix/main_mailer_type select No configuration\n",
-                   text=True, check=True)
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    if subprocess.run(["apt-get", "install", "-y", "-q", "postfix"], env=env, check=False).returncode != 0:
-        subprocess.run(["apt-get", "update", "-q"], env=env, check=True)
-        subprocess.run(["apt-get", "install", "-y", "-q", "postfix"], env=env, check=True)
-    return "/usr/sbin/smtp-sink"
+# ---------------------------------------------------------------------------- configuration
 
 
 @dataclass
@@ -89,6 +73,8 @@ class Config:
     latency_seconds: float
     latency_rate: float
     final_rows: int
+    api_seconds: float
+    api_concurrency: int
     profile_dir: str | None
 
     @classmethod
@@ -102,6 +88,7 @@ class Config:
             seconds=a.seconds or (1.5 if q else 6.0), pool_one=a.pool, pool_two=a.pool_two,
             latency_seconds=3.0 if q else 10.0, latency_rate=100.0,
             final_rows=50_000 if q else 1_000_000,
+            api_seconds=a.api_seconds or (6.0 if q else 20.0), api_concurrency=a.api_concurrency,
             profile_dir=a.profile,
         )
 
@@ -113,218 +100,6 @@ class Results:
 
     def put(self, key: str, value: object) -> None:
         self.figures[key] = value
-
-
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
-
-
-# ---------------------------------------------------------------------------- processes
-
-
-class SmtpSink:
-    """Postfix's smtp-sink on 127.0.0.1, bounded by `timeout`, killed by PID at the end."""
-
-    def __init__(self, binary: str, lifetime_seconds: int) -> None:
-        self.binary, self.lifetime = binary, lifetime_seconds
-        self.port = common.free_port()
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def __enter__(self) -> SmtpSink:
-        cmd = ["timeout", "-s", "KILL", str(self.lifetime), self.binary]
-        if os.geteuid() == 0:
-            cmd += ["-u", "nobody"]
-        cmd += [f"127.0.0.1:{self.port}", "1024"]
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL, start_new_session=True)
-        common.wait_port(self.port)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            # the process group holds `timeout` and smtp-sink; both started by us
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=5)
-
-
-async def run_worker(args: list[str], *, timeout: float = 600, profile: str | None = None,
-                     stderr_path: str | None = None) -> dict[str, object]:
-    cmd = [PY, *args]
-    if profile:
-        cmd = [py_spy(), "record", "--idle", "-f", "raw", "-r", "100", "-o", profile, "--", *cmd]
-    err = open(stderr_path, "wb") if stderr_path else subprocess.DEVNULL
-    try:
-        proc = await asyncio.create_subprocess_exec(*cmd, stdout=subprocess.PIPE, stderr=err, cwd=str(BENCH_DIR))
-        try:
-            out, _ = await asyncio.wait_for(proc.communicate(), timeout)
-        except TimeoutError:
-            proc.kill()
-            await proc.wait()
-            raise RuntimeError(f"worker {args[0]} did not finish within {timeout:g} s") from None
-    finally:
-        if stderr_path:
-            err.close()
-    if proc.returncode != 0:
-        tail = Path(stderr_path).read_text(errors="replace")[-3000:] if stderr_path else ""
-        raise RuntimeError(f"worker {args} exited {proc.returncode}\n{tail}")
-    return common.parse_result(out.decode(errors="replace"))
-
-
-def py_spy() -> str:
-    candidate = Path(PY).parent / "py-spy"
-    found = str(candidate) if candidate.exists() else shutil.which("py-spy")
-    if not found:
-        sys.exit("--profile needs py-spy (pip install py-spy)")
-    return found
-
-
-class DaemonProcess:
-    """`python -m outbox_mailer run` as a real user runs it, configured by environment."""
-
-    def __init__(self, url: str, smtp_port: int, pool: int, name: str, log_level: str, workdir: Path,
-                 profile: str | None = None) -> None:
-        self.log_path = workdir / f"{name}.log"
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith("OUTBOX_MAILER_") and k not in ("NOTIFY_SOCKET", "JOURNAL_STREAM")}
-        env.update({
-            "OUTBOX_MAILER_DATABASE_URL": url,
-            "OUTBOX_MAILER_DEFAULT_FROM": common.DEFAULT_FROM,
-            "OUTBOX_MAILER_SMTP__HOST": "127.0.0.1",
-            "OUTBOX_MAILER_SMTP__PORT": str(smtp_port),
-            "OUTBOX_MAILER_SMTP__TLS": "none",
-            "OUTBOX_MAILER_SMTP__POOL_SIZE": str(pool),
-            "OUTBOX_MAILER_SMTP__HELO_NAME": "bench.example.com",
-            "OUTBOX_MAILER_CONCURRENCY": str(4 * pool),  # a send per connection, and the next three ready
-            "OUTBOX_MAILER_RESCUE_INTERVAL_SECONDS": "3600",
-            "OUTBOX_MAILER_WORKER_NAME": name,
-        })
-        cmd = [PY, "-m", "outbox_mailer", "--log-level", log_level, "run"]
-        if profile:
-            cmd = [py_spy(), "record", "--idle", "-f", "raw", "-r", "100", "-o", profile, "--", *cmd]
-        self._log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen(cmd, env=env, cwd=str(workdir), stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.DEVNULL, stderr=self._log)
-        self.pid = self.proc.pid
-
-    def wait_started(self, timeout: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"daemon exited {self.proc.returncode}:\n{self.log_path.read_text()[-3000:]}")
-            if b"started worker=" in self.log_path.read_bytes():
-                return
-            time.sleep(0.05)
-        raise RuntimeError(f"daemon not started after {timeout:g} s:\n{self.log_path.read_text()[-3000:]}")
-
-    def python_pid(self) -> int:
-        """The daemon's own PID (under py-spy, its child)."""
-        try:
-            children = Path(f"/proc/{self.pid}/task/{self.pid}/children").read_text().split()
-        except OSError:
-            children = []
-        return int(children[0]) if children and "py-spy" in " ".join(self.proc.args) else self.pid
-
-    def stop(self) -> tuple[float, float]:
-        """SIGTERM (the daemon drains and exits 0); returns (RSS, peak RSS) in MB just before."""
-        rss = common.rss_mb(self.python_pid())
-        if self.proc.poll() is None:
-            os.kill(self.python_pid(), signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-        self._log.close()
-        return rss
-
-
-# ---------------------------------------------------------------------------- database
-
-
-class Db:
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self.conn = None
-
-    async def open(self) -> None:
-        import asyncpg
-
-        deadline = time.monotonic() + 60
-        while True:  # a fresh cluster may still say "the database system is starting up"
-            try:
-                self.conn = await asyncpg.connect(self.url)
-                return
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
-                if time.monotonic() > deadline:
-                    raise
-                await asyncio.sleep(0.1)
-
-    async def migrate(self, *, pgqueuer: bool = True) -> None:
-        from outbox_mailer.migrations import load_migrations
-        from outbox_mailer.store import Store
-
-        store = await Store.open(self.url)
-        try:
-            await store.migrate(load_migrations())
-        finally:
-            await store.close()
-        if not pgqueuer:
-            return
-        from pgqueuer import Queries
-
-        await Queries.from_asyncpg_connection(self.conn).install()
-        await self.conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
-        await self.conn.execute("ALTER SYSTEM SET pg_stat_statements.track = 'none'")
-        await self.conn.execute("SELECT pg_reload_conf()")
-
-    async def server_cpu_seconds(self) -> float:
-        """CPU used so far by the whole PostgreSQL cluster (postmaster, backends, background processes)."""
-        backend = await self.conn.fetchval("SELECT pg_backend_pid()")
-        fields = Path(f"/proc/{backend}/stat").read_text().rsplit(")", 1)[1].split()
-        return common.cpu_seconds(int(fields[1]), tree=True)  # fields[1]: the parent, the postmaster
-
-    async def lsn(self) -> str:
-        return await self.conn.fetchval("SELECT pg_current_wal_lsn()::text")
-
-    async def wal_since(self, lsn: str) -> float:
-        return float(await self.conn.fetchval("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::text::pg_lsn)", lsn))
-
-    async def insert_rows(self, prefix: str, n: int, status: str = "pending", chunk: int = 100_000) -> None:
-        for first in range(1, n + 1, chunk):
-            await self.conn.execute(common.INSERT_ROWS_SQL, prefix, first, min(chunk, n - first + 1), status)
-
-    async def truncate(self) -> None:
-        await self.conn.execute("TRUNCATE email_deliveries, email_delivery_attempts")
-
-    async def vacuum(self) -> None:
-        await self.conn.execute("VACUUM (ANALYZE) email_deliveries")
-        await self.conn.execute("VACUUM (ANALYZE) email_delivery_attempts")
-
-    async def count(self, prefix: str, status: str) -> int:
-        return int(await self.conn.fetchval(
-            "SELECT count(*) FROM email_deliveries WHERE dedupe_key LIKE $1 || '%' AND status = $2", prefix, status))
-
-    async def unfinished(self) -> int:
-        return int(await self.conn.fetchval(
-            "SELECT count(*) FROM email_deliveries WHERE status IN ('pending', 'sending')"))
-
-    async def last_update(self, prefix: str) -> float:
-        return float(await self.conn.fetchval(
-            "SELECT extract(epoch FROM max(updated_at))::float8 FROM email_deliveries WHERE dedupe_key LIKE $1 || '%'",
-            prefix))
-
-    async def wait_drained(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while await self.unfinished():
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"rows still unfinished after {timeout:g} s")
-            await asyncio.sleep(0.1)
 
 
 # ---------------------------------------------------------------------------- measurements
@@ -375,7 +150,8 @@ async def pgq_rep(db: Db, mode: str, jobs: int, batch: int, extra: list[str], wo
     left = await db.conn.fetchval("SELECT count(*) FROM pgqueuer")
     if left or r["done"] != jobs:
         raise RuntimeError(f"PgQueuer {mode}: {r['done']} of {jobs} done, {left} left in the queue")
-    return {"rate": jobs / (r["end"] - r["start"]), "wal": wal / jobs, "pg_cpu_us": 1e6 * pg_cpu / jobs}
+    return {"rate": jobs / (r["end"] - r["start"]), "wal": wal / jobs, "pg_cpu_us": 1e6 * pg_cpu / jobs,
+            "cpu_us": 1e6 * r["cpu_seconds"] / jobs}
 
 
 async def measure_core(db: Db, cfg: Config, res: Results, workdir: Path) -> None:
@@ -393,7 +169,8 @@ async def measure_core(db: Db, cfg: Config, res: Results, workdir: Path) -> None
                 f"PostgreSQL {ours[-1]['pg_cpu_us']:.0f} µs); PgQueuer")
         for b in cfg.pgq_batches:
             theirs[b].append(await pgq_rep(db, "noop", cfg.core_rows, b, [], workdir))
-            line += f" b{b} {theirs[b][-1]['rate']:,.0f}/s"
+            t = theirs[b][-1]
+            line += f" b{b} {t['rate']:,.0f}/s ({t['cpu_us']:.0f} + PostgreSQL {t['pg_cpu_us']:.0f} µs)"
         log(line)
     best = max(theirs, key=lambda b: median([r["rate"] for r in theirs[b]]))
     res.put("core_rate", median([r["rate"] for r in ours]))
@@ -408,6 +185,7 @@ async def measure_core(db: Db, cfg: Config, res: Results, workdir: Path) -> None
     res.put("pgq_rates", [r["rate"] for r in theirs[best]])
     res.put("pgq_wal", median([r["wal"] for r in theirs[best]]))
     res.put("pgq_pg_cpu_us", median([r["pg_cpu_us"] for r in theirs[best]]))
+    res.put("pgq_cpu_us", median([r["cpu_us"] for r in theirs[best]]))
     res.put("pgq_sweep", {b: round(median([r["rate"] for r in v])) for b, v in theirs.items()})
 
 
@@ -445,32 +223,6 @@ async def raw_rep(sink: SmtpSink, messages: int, connections: int, processes: in
                                               str(connections // processes), str(go_at)])
                                   for _ in range(processes)))
     return per * processes / (max(o["end"] for o in outs) - min(o["start"] for o in outs))
-
-
-class Daemons:
-    """N `outbox-mailer run` processes sharing the table, for the duration of a with-block."""
-
-    def __init__(self, db: Db, cfg: Config, sink_port: int, processes: int, pool: int, key: str, workdir: Path,
-                 profile: str | None = None) -> None:
-        self.procs = [DaemonProcess(db.url, sink_port, pool, f"{key}-{i}", cfg.log_level, workdir,
-                                    profile=profile if i == 0 else None) for i in range(processes)]
-        self.rss: list[tuple[float, float]] = []
-        self.cpu_us: list[float] = []  # daemon CPU per email, summed over the processes, per measured run
-
-    def cpu_seconds(self) -> float:
-        return sum(common.cpu_seconds(d.python_pid()) for d in self.procs)
-
-    def __enter__(self) -> Daemons:
-        try:
-            for d in self.procs:
-                d.wait_started()
-        except BaseException:
-            self.__exit__()
-            raise
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.rss = [d.stop() for d in self.procs]
 
 
 async def measure_smtp(db: Db, cfg: Config, res: Results, sink: SmtpSink, workdir: Path) -> None:
@@ -632,106 +384,12 @@ async def measure_growth(db: Db, cfg: Config, res: Results, workdir: Path) -> No
     res.put("growth_empty_rates", empty)
 
 
-# ---------------------------------------------------------------------------- report
-
-
-def fmt_rate(x: object) -> str:
-    return "n/a" if x is None else f"{float(x):,.0f}/s"
-
-
-def mark(ok: bool | None) -> str:
-    return "n/a" if ok is None else ("**met**" if ok else "**missed**")
-
-
-def report(cfg: Config, res: Results, info: dict[str, str], command: str, elapsed: float) -> str:
-    f = res.figures
-    g = f.get
-    rows = []
-    core, pgq = g("core_rate"), g("pgq_rate")
-    if core is not None and pgq is not None:
-        ok = core >= 20_000 and core / pgq >= 1.0
-        rows.append(("Core: claim + compose + no-op send + record, real daemon, 1 process",
-                     fmt_rate(core), f"PgQueuer no-op jobs, batch {g('pgq_batch')}: {fmt_rate(pgq)}",
-                     f"{core / pgq:.2f}x", "≥ 20,000/s and ≥ 1.0x", mark(ok)))
-    one, two, raw, hand = g("smtp1_rate"), g("smtp2_rate"), g("raw_rate"), g("handwritten_rate")
-    if one is not None:
-        rows.append((f"SMTP to smtp-sink, 1 daemon process ({cfg.pool_one} connections)", fmt_rate(one), "", "",
-                     "≥ 2,500/s", mark(one >= 2_500)))
-    if two is not None and raw is not None:
-        rows.append((f"SMTP to smtp-sink, 2 daemon processes ({cfg.pool_two} connections each)", fmt_rate(two),
-                     f"raw ceiling, aiosmtplib, pre-rendered, 1 process, {2 * cfg.pool_two} connections: "
-                     f"{fmt_rate(raw)}", f"{100 * two / raw:.0f}%", "≥ 5,000/s and ≥ 85%",
-                     mark(two >= 5_000 and two / raw >= 0.85)))
-    if g("raw2_rate") is not None and two is not None:
-        rows.append(("", "", f"raw, 2 processes, {cfg.pool_two} connections each: {fmt_rate(g('raw2_rate'))}",
-                     f"{100 * two / g('raw2_rate'):.0f}%", "(for information)", ""))
-    if one is not None and hand is not None:
-        rows.append(("SMTP, 1 daemon process vs the hand-written worker", fmt_rate(one),
-                     f"PgQueuer + EmailMessage + aiosmtplib, 1 process, {cfg.pool_one} connections: "
-                     f"{fmt_rate(hand)}", f"{one / hand:.1f}x", "≥ 4x", mark(one / hand >= 4)))
-    if g("latency_p50") is not None:
-        p50, p99 = g("latency_p50"), g("latency_p99")
-        rows.append((f"Pickup latency, COMMIT → MAIL FROM, {cfg.latency_rate:g} emails/s, "
-                     f"{g('latency_n')} emails", f"p50 {p50:.1f} ms, p99 {p99:.1f} ms", f"max {g('latency_max'):.1f} ms",
-                     "", "p50 ≤ 5 ms, p99 ≤ 30 ms", mark(p50 <= 5 and p99 <= 30)))
-    if g("growth_rate") is not None:
-        gr, base = g("growth_rate"), g("growth_empty_rate")
-        rows.append((f"Core with {cfg.final_rows:,} sent rows in the table", fmt_rate(gr),
-                     f"empty table, same rounds: {fmt_rate(base)}", f"{100 * gr / base:.0f}%", "≥ 90%",
-                     mark(gr / base >= 0.9)))
-    if g("memory_peak_rss") is not None:
-        rows.append((f"Daemon peak RSS draining a {cfg.memory_rows:,}-row backlog", f"{g('memory_peak_rss'):.0f} MB",
-                     f"{cfg.core_rows:,}-row backlog: {g('core_peak_rss'):.0f} MB; SMTP daemon: "
-                     f"{g('smtp1_rss') or 0:.0f} MB", "", "reported, bounded", ""))
-    cpu = [(label, g(key)) for key, label in (("core_cpu_us", "core"), ("core_pg_cpu_us", "PostgreSQL in the core run"),
-                                               ("pgq_pg_cpu_us", "PostgreSQL per PgQueuer no-op job"),
-                                               ("smtp1_cpu_us", "SMTP, 1 process"),
-                                               ("smtp2_cpu_us", "SMTP, 2 processes (both)")) if g(key) is not None]
-    if cpu:
-        rows.append(("CPU per email (user + system; steadier than rates on a shared machine)",
-                     "; ".join(f"{label} {value:.0f} µs" for label, value in cpu), "", "", "reported", ""))
-    if g("core_wal") is not None:
-        rows.append(("WAL per email (claim + record + attempt row)", f"{g('core_wal') / 1024:.1f} KB",
-                     f"PgQueuer per no-op job: {(g('pgq_wal') or 0) / 1024:.1f} KB; the app's INSERT: "
-                     f"{g('insert_wal') / 1024:.1f} KB", "", "reported", ""))
-
-    lines = []
-    lines.append(f"Machine: {info['cpu']}, {info['cores']} cores, {info['memory']}, Linux {info['kernel']}; "
-                 f"Python {info['python']}; PostgreSQL {info['postgresql']} (throwaway cluster, fsync on, "
-                 "synchronous_commit on); " + info["libraries"] + ".")
-    lines.append(f"Load average before the run: {info['load']}. Run time {elapsed / 60:.1f} min"
-                 f"{' (--quick: smoke figures, not for the README)' if cfg.quick else ''}.")
-    lines.append("")
-    lines.append("| measurement | outbox-mailer | reference, same run | ratio | target | |")
-    lines.append("|---|---|---|---|---|---|")
-    for r in rows:
-        lines.append("| " + " | ".join(r) + " |")
-    lines.append("")
-    lines.append(f"Medians of {cfg.reps} runs (interleaved rounds: each figure and its reference measured "
-                 f"alternately). Reproduce: `{command}`")
-    details = []
-    if g("pgq_sweep"):
-        details.append("PgQueuer no-op by batch size (median jobs/s): "
-                       + ", ".join(f"{b}: {r:,}" for b, r in g("pgq_sweep").items()))
-    for key, label in (("core_rates", "core, outbox-mailer"), ("pgq_rates", "core, PgQueuer"),
-                       ("smtp1_rates", "SMTP, 1 process"), ("handwritten_rates", "hand-written worker"),
-                       ("smtp2_rates", "SMTP, 2 processes"), ("raw_rates", "raw ceiling, 1 process"),
-                       ("raw2_rates", "raw ceiling, 2 processes"), ("growth_empty_rates", "core, empty table (growth rounds)"),
-                       ("growth_rates", f"core, {cfg.final_rows:,} sent rows")):
-        if g(key):
-            details.append(f"{label}: " + ", ".join(f"{x:,.0f}" for x in g(key)) + " /s")
-    if details:
-        lines.append("")
-        lines.append("Per-round figures: " + "; ".join(details) + ".")
-    return "\n".join(lines)
-
-
 # ---------------------------------------------------------------------------- main
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="small smoke run, about a minute")
+    ap.add_argument("--quick", action="store_true", help="small smoke run, about two minutes")
     ap.add_argument("--reps", type=int, default=0, help="repetitions per figure (default 3, quick 1)")
     ap.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
                     help="the daemon's log level (default INFO, what `outbox-mailer run` uses)")
@@ -743,7 +401,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--seconds", type=float, default=0.0,
                     help="target length of one SMTP measurement; its email count is sized from a warm-up "
                          "(default 6, quick 1.5)")
-    ap.add_argument("--only", default="", help="comma list of: core,smtp,latency,memory,growth")
+    ap.add_argument("--api-seconds", type=float, default=0.0,
+                    help="length of each API window, singly and batched (default 20, quick 6)")
+    ap.add_argument("--api-concurrency", type=int, default=200,
+                    help="API run: OUTBOX_MAILER_CONCURRENCY, rows held claimed (default 200: two 100-email "
+                         "batches' worth; 0: the daemon's default)")
+    ap.add_argument("--only", default="", help="comma list of: " + ",".join(PARTS))
     ap.add_argument("--keep", action="store_true", help="keep the scratch directory (daemon logs, results.json)")
     ap.add_argument("--profile", metavar="DIR", help="after the run, profile the core and the SMTP daemon with "
                                                       "py-spy into DIR and print the hotspots")
@@ -753,6 +416,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 async def amain(args: argparse.Namespace) -> int:
     cfg = Config.from_args(args)
     only = {s.strip() for s in args.only.split(",") if s.strip()}
+    if only - set(PARTS):
+        sys.exit(f"--only: unknown part(s) {', '.join(sorted(only - set(PARTS)))} (known: {', '.join(PARTS)})")
     want = (lambda name: not only or name in only)
     began = time.monotonic()
     ensure_python_deps()
@@ -781,8 +446,12 @@ async def amain(args: argparse.Namespace) -> int:
             log(f"PostgreSQL at {pg.url}; smtp-sink on 127.0.0.1:{sink.port}; scratch {workdir}")
             if want("core"):
                 await measure_core(db, cfg, res, workdir)
+            if want("realistic"):
+                await measure_realistic(db, cfg, res, workdir)
             if want("smtp"):
                 await measure_smtp(db, cfg, res, sink, workdir)
+            if want("api"):
+                await measure_api(db, cfg, res, workdir, sink.port)
             if want("latency"):
                 await measure_latency(db, cfg, res, workdir)
             if want("memory"):
@@ -859,38 +528,6 @@ async def profile(db: Db, cfg: Config, res: Results, sink: SmtpSink, workdir: Pa
             await asyncio.sleep(0.2)
         print(f"\n===== hotspots: {name} (py-spy samples; {path}) =====", flush=True)
         subprocess.run([PY, str(BENCH_DIR / "hotspots.py"), path, "--top", "20"], check=False)
-
-
-def reexec_in_project_venv() -> None:
-    """`python3 bench/run.py` with an interpreter that lacks the project: use the project's .venv,
-    creating it on a clean checkout (and, as root, installing Debian's python3-venv if needed)."""
-    try:
-        import anyio  # noqa: F401
-        import asyncpg  # noqa: F401
-
-        import outbox_mailer  # noqa: F401
-    except ImportError:
-        venv = ROOT / ".venv"
-        venv_python = venv / "bin" / "python"
-        if Path(sys.prefix).resolve() == venv.resolve():
-            sys.exit("outbox-mailer's dependencies are missing from .venv: .venv/bin/pip install -e . first")
-        if not venv_python.exists():
-            create_project_venv(venv)
-        os.execv(str(venv_python), [str(venv_python), *sys.argv])
-
-
-def create_project_venv(venv: Path) -> None:
-    print(f"first run on this checkout: creating {venv} with outbox-mailer installed", flush=True)
-    if subprocess.run([sys.executable, "-m", "venv", str(venv)], check=False).returncode != 0:
-        if os.geteuid() != 0:
-            sys.exit("python3 -m venv failed: install Debian's python3-venv (or run this as root)")
-        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-        if subprocess.run(["apt-get", "install", "-y", "-q", "python3-venv"], env=env, check=False).returncode:
-            subprocess.run(["apt-get", "update", "-q"], env=env, check=True)
-            subprocess.run(["apt-get", "install", "-y", "-q", "python3-venv"], env=env, check=True)
-        shutil.rmtree(venv, ignore_errors=True)
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "-e", str(ROOT)], check=True)
 
 
 def main() -> int:
