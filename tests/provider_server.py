@@ -12,16 +12,23 @@
 * SendGrid at ``POST /v3/mail/send`` (``GET /v3/scopes``), 202 with ``X-Message-Id``.
 * An in-house API at ``POST /hook`` (``HEAD /hook``): optional bearer token, optional
   HMAC signature check (401 when wrong), idempotency keys as for Resend.
+* Batches: Resend ``POST /emails/batch`` (up to 100, one ``Idempotency-Key`` kept as
+  above, permissive validation on request) and Postmark ``POST /email/batch`` (up to 500,
+  an ``ErrorCode`` per message), and a requests-per-second limit (``rate_per_second``, 429
+  with Retry-After): the rules are in tests/provider_batches.py.
 
-Scripted faults (:class:`Fault`, first match wins, each with a count and a probability):
+Scripted faults (:class:`Fault`, first match wins, each with a count and a probability;
+batch paths included):
 ``reply`` (answer with a status before doing anything: 429 with Retry-After, quota 429,
 401, 503 ...), ``slow`` (hold the request, key in progress, then handle it normally),
 ``accept_500`` (accept the email, then answer 500), ``accept_drop`` (accept the email,
 then close the connection without an answer) and ``drop`` (close without accepting).
 
-Observations: emails accepted per idempotency key and per dedupe header (``X-Test-Key``
-in the email's own headers), timestamps of accepted emails (a rate meter), replays,
-conflicts, and every request with its headers and body.
+Observations: emails accepted (``accepted``: per idempotency key for a single send, per
+dedupe header for a batch item, so a key counted twice is an email delivered twice) and per
+dedupe header (``X-Test-Key`` in the email's own headers), batch requests accepted per
+key, timestamps of accepted emails (a rate meter), replays, conflicts, rate-limited
+requests, and every request with its headers and body.
 """
 
 from __future__ import annotations
@@ -41,9 +48,15 @@ from typing import Any
 
 import pytest
 
+from tests.provider_batches import RateLimit, batch_answer, batch_refusal, email_problem, rate_limited
+
 KEY_HEADER = "X-Test-Key"
-SEND_PATHS = ("/emails", "/email", "/v3/mail/send", "/hook")
-IDEMPOTENT_PATHS = ("/emails", "/hook")
+BATCH_PATHS = ("/emails/batch", "/email/batch")
+SEND_PATHS = ("/emails", "/email", "/v3/mail/send", "/hook", *BATCH_PATHS)
+IDEMPOTENT_PATHS = ("/emails", "/hook", "/emails/batch")
+KINDS = {"/emails": "resend", "/domains": "resend", "/emails/batch": "resend", "/email": "postmark",
+         "/server": "postmark", "/email/batch": "postmark", "/v3/mail/send": "sendgrid", "/v3/scopes": "sendgrid",
+         "/hook": "hook"}
 
 
 @dataclass
@@ -94,8 +107,10 @@ class _Drop(Exception):
 
 class ProviderServer:
     def __init__(self, *, token: str = "test", hook_bearer: str | None = None, signing_secret: str | None = None,
-                 seed: int | None = None) -> None:
+                 seed: int | None = None, rate_per_second: float | None = None, burst: int = 1) -> None:
         self.token = token
+        # None: no limit; Resend's default is 2 requests per second
+        self.rate_limit = RateLimit(rate_per_second, burst) if rate_per_second is not None else None
         self.hook_bearer = hook_bearer
         self.signing_secret = signing_secret
         self.rng = random.Random(seed)
@@ -105,6 +120,7 @@ class ProviderServer:
         self.accepted: Counter[str] = Counter()  # per idempotency key (or dedupe header when there is none)
         self.accepted_by_header: Counter[str] = Counter()  # per KEY_HEADER of the email
         self.accepted_times: list[float] = []  # time.monotonic() of each accepted email
+        self.batches: Counter[str] = Counter()  # accepted batch requests per idempotency key ("" without one)
         self.request_times: list[float] = []  # every send request
         self.requests: list[Recorded] = []
         self.replays = 0
@@ -257,8 +273,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _route(self, path: str, headers: dict[str, str], body: bytes) -> tuple[int, bytes, dict[str, str]]:
         server = self.provider
-        kind = {"/emails": "resend", "/domains": "resend", "/email": "postmark", "/server": "postmark",
-                "/v3/mail/send": "sendgrid", "/v3/scopes": "sendgrid", "/hook": "hook"}.get(path)
+        kind = KINDS.get(path)
         if kind is None:
             return self._answer(404, {"message": "not found"})
         denied = self._auth(kind, headers, body)
@@ -266,6 +281,9 @@ class _Handler(BaseHTTPRequestHandler):
             return denied
         if path not in SEND_PATHS or self.command != "POST":
             return self._answer(200, {"data": []} if self.command != "HEAD" else None)
+        wait = server.rate_limit.wait() if server.rate_limit is not None else None
+        if wait is not None:
+            return self._answer(*rate_limited(kind, wait))
         fault = server._pick_fault(path)
         if fault is not None and fault.action == "reply":
             return self._answer(fault.status, fault.body, fault.headers)
@@ -275,7 +293,13 @@ class _Handler(BaseHTTPRequestHandler):
             payload = json.loads(body)
         except ValueError:
             return self._invalid(kind, "body is not JSON")
-        problem = self._validate(kind, payload)
+        batch = path in BATCH_PATHS
+        if batch:
+            permissive = headers.get("x-batch-validation", "").lower() == "permissive"
+            refusal = batch_refusal(kind, payload, permissive)
+            problem = None if refusal is None else self._invalid(kind, refusal)
+        else:
+            problem = self._validate(kind, payload)
         if problem is not None:
             return problem
         key = headers.get("idempotency-key") if path in IDEMPOTENT_PATHS else None
@@ -299,7 +323,12 @@ class _Handler(BaseHTTPRequestHandler):
                 server.keys[key] = _KeyRecord(payload_hash)
         if fault is not None and fault.action == "slow":
             time.sleep(fault.delay)
-        status, raw, out_headers = self._accept(kind, payload, key)
+        if batch:
+            status, raw, out_headers = self._answer(200, batch_answer(kind, payload, self._deliver_item))
+            with server.lock:
+                server.batches[key or ""] += 1
+        else:
+            status, raw, out_headers = self._accept(kind, payload, key)
         if key is not None:
             with server.lock:
                 server.keys[key] = _KeyRecord(payload_hash, False, status, raw, out_headers)
@@ -342,34 +371,40 @@ class _Handler(BaseHTTPRequestHandler):
         return self._answer(400, {"message": message})
 
     def _validate(self, kind: str, p: Any) -> tuple[int, bytes, dict[str, str]] | None:
+        if kind in ("resend", "postmark"):
+            problem = email_problem(kind, p)
+            if problem is None:
+                return None
+            if kind == "resend":
+                return self._invalid(kind, problem[1])
+            return self._answer(422, {"ErrorCode": problem[0], "Message": problem[1]})
         if not isinstance(p, dict):
             return self._invalid(kind, "body is not an object")
-        if kind == "resend":
-            if not p.get("from") or not p.get("to") or "subject" not in p or not (p.get("text") or p.get("html")):
-                return self._invalid(kind, "Missing `from`, `to`, `subject` or a body")
-        elif kind == "postmark":
-            if not p.get("From") or not p.get("To") or not (p.get("TextBody") or p.get("HtmlBody")):
-                return self._invalid(kind, "Missing From, To or a body")
-            if "inactive@" in p["To"]:
-                return self._answer(422, {"ErrorCode": 406, "Message": "You tried to send to recipient(s) that "
-                                                                        "have been marked as inactive."})
-        elif kind == "sendgrid":
+        if kind == "sendgrid":
             if not p.get("personalizations") or not (p.get("from") or {}).get("email") or not p.get("content"):
                 return self._invalid(kind, "personalizations, from and content are required")
         elif not p.get("dedupe_key") or not p.get("to"):
             return self._invalid(kind, "dedupe_key and to are required")
         return None
 
-    def _accept(self, kind: str, payload: dict[str, Any], key: str | None) -> tuple[int, bytes, dict[str, str]]:
+    def _deliver(self, payload: dict[str, Any], counted: str | None) -> str:
+        """Count one accepted email under ``counted`` (else its dedupe header, else its new id); its id."""
         server = self.provider
         message_id = str(uuid.uuid4())
-        counted = key or _email_header(payload, KEY_HEADER) or message_id
+        dedupe = _email_header(payload, KEY_HEADER)
         with server.lock:
-            server.accepted[counted] += 1
-            dedupe = _email_header(payload, KEY_HEADER)
+            server.accepted[counted or dedupe or message_id] += 1
             if dedupe is not None:
                 server.accepted_by_header[dedupe] += 1
             server.accepted_times.append(time.monotonic())
+        return message_id
+
+    def _deliver_item(self, item: dict[str, Any]) -> str:
+        """A batch item is counted by its dedupe header, else its own Message-ID: never by the batch key."""
+        return self._deliver(item, _email_header(item, KEY_HEADER) or _email_header(item, "Message-ID"))
+
+    def _accept(self, kind: str, payload: dict[str, Any], key: str | None) -> tuple[int, bytes, dict[str, str]]:
+        message_id = self._deliver(payload, key)
         if kind == "resend":
             return self._answer(200, {"id": message_id})
         if kind == "postmark":
