@@ -15,6 +15,9 @@ translates httpx's errors at the edge:
   resend until ``first_attempt_at + 0.9 * window`` when the provider honours
   idempotency keys for ``window`` seconds (Resend: 24 h).
 
+A batch request (:meth:`HttpApiTransport.send_batch`, providers with a batch endpoint,
+:mod:`.batches`) follows the same two rules for every member at once.
+
 API keys and signing secrets never appear in an outcome, an error or a log line.
 This module leaves the ``httpx`` logger alone (httpx logs every request at INFO;
 the logging set-up, :func:`outbox_mailer.logs.configure_logging`, quiets it).
@@ -22,7 +25,8 @@ the logging set-up, :func:`outbox_mailer.logs.configure_logging`, quiets it).
 
 from __future__ import annotations
 
-from dataclasses import replace
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 import anyio
 import httpx
@@ -30,11 +34,12 @@ from pydantic import SecretStr
 
 from ...clock import utc_now
 from ...config import ApiTransportSettings
-from ...delivery import ComposedMessage, Delivery, Outcome, idempotency_key
+from ...delivery import BatchOutcome, ComposedMessage, Delivery, Outcome, SendSingly, idempotency_key
 from ...errors import TransportUnavailable
 from ...redaction import redacted_url
 from ..registry import API_PROVIDERS, in_house
 from ..seam import AUTH_PAUSE_SECONDS, one_line, resend_safe_until
+from .batches import BatchItem, batch_provider
 from .provider import ApiRequest, ApiResponse, Provider, ProviderOptions
 
 __all__ = ["HttpApiTransport", "provider_for"]
@@ -43,6 +48,14 @@ __all__ = ["HttpApiTransport", "provider_for"]
 _NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.ProxyError,
              httpx.UnsupportedProtocol, httpx.LocalProtocolError, httpx.InvalidURL)
 _WRITTEN_EVENTS = ("http11.send_request_headers.started", "http2.send_request_headers.started")
+
+
+@dataclass(frozen=True, slots=True)
+class _NoAnswer:
+    """A request that got no answer: ``written`` False, the provider never saw it."""
+
+    error: str
+    written: bool
 
 
 def _secret(value: SecretStr | None) -> str | None:
@@ -57,7 +70,11 @@ def provider_for(settings: ApiTransportSettings, *, auth_pause_seconds: float = 
 
 
 class HttpApiTransport:
-    """Sends through one provider HTTP API (``kind`` resend, postmark, sendgrid or http)."""
+    """Sends through one provider HTTP API (``kind`` resend, postmark, sendgrid or http).
+
+    A :class:`~outbox_mailer.delivery.BatchTransport`: ``batch_limit`` is the provider's
+    (Resend 100, Postmark 500) with ``batch=true``, else 0 (never batch).
+    """
 
     def __init__(self, settings: ApiTransportSettings, *, name: str,
                  auth_pause_seconds: float = AUTH_PAUSE_SECONDS) -> None:
@@ -67,6 +84,9 @@ class HttpApiTransport:
         self.send_timeout_seconds = settings.timeout_seconds
         self.provider: Provider = provider_for(settings, auth_pause_seconds=auth_pause_seconds)
         self.idempotency_window_seconds = self.provider.idempotency_window_seconds
+        # the provider's batch side, when it has one and batch=true; batch_limit 0: never batch
+        self._batches = batch_provider(self.provider) if settings.batch else None
+        self.batch_limit = self._batches.batch_limit if self._batches is not None else 0
         self._secrets = [s.get_secret_value() for s in (settings.api_key, settings.signing_secret)
                          if s is not None and s.get_secret_value()]
         timeout = settings.timeout_seconds
@@ -113,6 +133,55 @@ class HttpApiTransport:
                                           idempotency_key(delivery, message), now)
         except ValueError as exc:
             return Outcome.unsendable(self._clean(f"cannot build the {self.kind} request: {exc}"))
+        answer = await self._exchange(request)
+        if isinstance(answer, _NoAnswer):
+            return self._no_answer(answer, delivery, "message")
+        return self._cleaned(self.provider.interpret(answer, delivery, utc_now()))
+
+    # -- BatchTransport -------------------------------------------------------------
+
+    def batchable(self, message: ComposedMessage, delivery: Delivery) -> bool:
+        """Whether the message may go in a batch of this transport (never when batching is off)."""
+        return (self._batches is not None and message.fields is not None
+                and self._batches.batchable(message.fields, delivery))
+
+    async def send_batch(self, messages: Sequence[ComposedMessage], deliveries: Sequence[Delivery],
+                         key: str) -> list[BatchOutcome]:
+        """One request for every member, under ``key`` (the batch key recorded before the call).
+
+        The edge's rules of :meth:`send`, for the request as a whole: never sent ->
+        unreachable for every member; sent without an answer -> ambiguous for every
+        member. A request that cannot be built sends every member singly.
+        """
+        if self._batches is None:
+            raise ValueError(f"transport {self.name!r} does not batch (batch_limit 0)")
+        if len(messages) != len(deliveries) or not 1 <= len(messages) <= self.batch_limit:
+            raise ValueError(f"a batch of transport {self.name!r} takes 1-{self.batch_limit} members, as many "
+                             f"messages as deliveries (got {len(messages)} and {len(deliveries)})")
+        items = []
+        for message, delivery in zip(messages, deliveries, strict=True):
+            if message.fields is None or not self._batches.batchable(message.fields, delivery):
+                raise ValueError(f"row {delivery.dedupe_key!r} cannot go in a batch: send it singly")
+            items.append(BatchItem(message.fields, delivery, message.message_id))
+        if self._closed:
+            return [Outcome.held_back(f"transport {self.name!r} is closed") for _ in deliveries]
+        try:
+            request = self._batches.build_batch(items, key)
+        except ValueError as exc:
+            reason = self._clean(f"cannot build the {self.kind} batch request: {exc}")
+            return [SendSingly(reason) for _ in deliveries]
+        answer = await self._exchange(request)
+        if isinstance(answer, _NoAnswer):
+            return [self._no_answer(answer, delivery, "batch") for delivery in deliveries]
+        outcomes = self._batches.interpret_batch(answer, deliveries, utc_now())
+        if len(outcomes) != len(deliveries):  # a provider module's bug: never guess which member is which
+            raise RuntimeError(f"{self.kind}: {len(outcomes)} outcomes for a batch of {len(deliveries)}")
+        return [self._cleaned(outcome) if isinstance(outcome, Outcome) else outcome for outcome in outcomes]
+
+    # -- the one request ---------------------------------------------------------------
+
+    async def _exchange(self, request: ApiRequest) -> ApiResponse | _NoAnswer:
+        """Make the request within the send timeout: the answer, or why there is none."""
         written = False
 
         async def trace(event: str, info: object) -> None:
@@ -129,23 +198,24 @@ class HttpApiTransport:
                     extensions={"trace": trace},
                 )
             except _NOT_SENT as exc:
-                return Outcome.unreachable(f"{where}: {self._describe(exc)}")
+                return _NoAnswer(f"{where}: {self._describe(exc)}", written=False)
             except (httpx.HTTPError, OSError) as exc:
-                if not written:
-                    return Outcome.unreachable(f"{where}: {self._describe(exc)}")
-                return self._ambiguous(
-                    delivery, f"{where}: {self._describe(exc)}; the provider may have accepted the message")
+                return _NoAnswer(f"{where}: {self._describe(exc)}", written=written)
         if scope.cancelled_caught or response is None:
             limit = f"no answer within the send timeout ({self.send_timeout_seconds:g} s)"
             if not written:
-                return Outcome.unreachable(f"{where}: {limit}; the request was not sent")
-            return self._ambiguous(delivery, f"{where}: {limit}; the provider may have accepted the message")
-        answer = ApiResponse(response.status_code, {k.lower(): v for k, v in response.headers.items()},
-                             response.content)
-        outcome = self.provider.interpret(answer, delivery, utc_now())
-        if outcome.error:
-            outcome = replace(outcome, error=self._clean(outcome.error))
-        return outcome
+                return _NoAnswer(f"{where}: {limit}; the request was not sent", written=False)
+            return _NoAnswer(f"{where}: {limit}", written=True)
+        return ApiResponse(response.status_code, {k.lower(): v for k, v in response.headers.items()},
+                           response.content)
+
+    def _no_answer(self, answer: _NoAnswer, delivery: Delivery, what: str) -> Outcome:
+        if not answer.written:
+            return Outcome.unreachable(answer.error)
+        return self._ambiguous(delivery, f"{answer.error}; the provider may have accepted the {what}")
+
+    def _cleaned(self, outcome: Outcome) -> Outcome:
+        return replace(outcome, error=self._clean(outcome.error)) if outcome.error else outcome
 
     async def check(self) -> str:
         request = self.provider.check_request()
