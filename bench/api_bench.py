@@ -36,11 +36,10 @@ def daemon_env(port: int, batch: bool) -> dict[str, str]:
             prefix + "RATE_PER_SECOND": str(RATE_LIMIT), prefix + "BATCH": "true" if batch else "false"}
 
 
-def refusal(log_text: str) -> str:
-    """The line of a refused start that names the problem (the BATCH setting, or the first error)."""
-    lines = [ln.strip() for ln in log_text.splitlines() if ln.strip()]
-    named = [ln for ln in lines if "batch" in ln.lower()]
-    return (named or lines or ["no output"])[-1][:200]
+def batch_refusal(log_text: str) -> str | None:
+    """The line of a refused start that names the BATCH setting, if one does."""
+    named = [ln.strip() for ln in log_text.splitlines() if "batch" in ln.lower() and "started worker=" not in ln]
+    return named[-1][:200] if named else None
 
 
 async def api_window(db, cfg, workdir: Path, smtp_port: int, batch: bool) -> dict[str, object]:  # noqa: ANN001
@@ -56,9 +55,10 @@ async def api_window(db, cfg, workdir: Path, smtp_port: int, batch: bool) -> dic
             daemon.wait_started()
         except DaemonExited as exc:
             daemon.stop()
-            if not batch:
+            why = batch_refusal(exc.log) if batch else None
+            if why is None:
                 raise
-            return {"available": False, "why": f"the daemon refused the setting: {refusal(exc.log)}"}
+            return {"available": False, "why": f"the daemon refused the setting: {why}"}
         try:
             await asyncio.sleep(0.5)  # idle, connected
             before = await asyncio.to_thread(sink_stats, sink.port)
@@ -87,7 +87,15 @@ async def measure_api(db, cfg, res, workdir: Path, smtp_port: int) -> None:  # n
         f"concurrency {cfg.api_concurrency or 'default'}, {cfg.api_seconds:g} s windows: BATCH=false, then BATCH=true")
     figures = {}
     for batch in (False, True):
-        r = await api_window(db, cfg, workdir, smtp_port, batch)
+        try:
+            r = await api_window(db, cfg, workdir, smtp_port, batch)
+        except Exception as exc:  # noqa: BLE001 - a broken window must not cost the run its other figures
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            log(f"  {'batched' if batch else 'singly'}: failed: {first}")
+            res.notes.append(f"API ({'batched' if batch else 'singly'}) not measured: {first} (logs: --keep)")
+            if db.conn.is_in_transaction():
+                await db.conn.execute("ROLLBACK")
+            continue
         figures["batch" if batch else "single"] = r
         if r.get("rate") is not None:
             log(f"  {'batched' if batch else 'singly'}: {r['rate']:,.1f} emails/s ({r['emails']} emails in "

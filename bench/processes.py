@@ -127,7 +127,8 @@ class DaemonExited(RuntimeError):
     """The daemon exited before it started (a refused setting exits 2); ``log`` holds its stderr."""
 
     def __init__(self, returncode: int, log: str) -> None:
-        super().__init__(f"daemon exited {returncode}:\n{log[-3000:]}")
+        last = next((ln.strip() for ln in reversed(log.splitlines()) if ln.strip()), "no output")
+        super().__init__(f"daemon exited {returncode}: {last[:300]}\n{log[-3000:]}")
         self.returncode, self.log = returncode, log
 
 

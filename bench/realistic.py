@@ -101,29 +101,42 @@ async def window(db, daemon: DaemonProcess, case: Case, prefix: str, rows: int) 
     return r
 
 
+async def measure_case(db, cfg, case: Case, rows: int, workdir: Path) -> list[dict[str, float]]:  # noqa: ANN001
+    lifetime = 120 + cfg.reps * (60 + 3 * rows / case.ceiling)
+    with ScriptServer("relay_sink.py", [f"{case.relay_ms:g}", str(workdir / f"relay-{case.key}.json")],
+                      lifetime, workdir / f"relay-{case.key}.log") as relay, \
+            DaemonProcess(db.url, relay.port, case.pool, f"real-{case.key}", cfg.log_level, workdir,
+                          concurrency=case.concurrency) as daemon:
+        warm = receipts.columns(f"real-{case.key}-warm-", 1, 200)
+        await receipts.insert(db.conn, warm)  # connections opened, statements prepared
+        await db.wait_final(warm[0][-5:], timeout=60)
+        rounds = []
+        for i in range(cfg.reps):
+            rounds.append(await window(db, daemon, case, f"real-{case.key}-{i}-", rows))
+            r = rounds[-1]
+            log(f"  round {i + 1}: PostgreSQL {r['pg_cpu_us']:.0f} µs and {r['wal'] / 1024:.2f} KB WAL per email, "
+                f"daemon {r['daemon_cpu_us']:.0f} µs, {r['rate']:,.0f}/s; the app's INSERT "
+                f"{r['insert_cpu_us']:.0f} µs, {r['insert_wal'] / 1024:.2f} KB; VACUUM afterwards "
+                f"{r['vacuum_cpu_us']:.0f} µs, {r['vacuum_wal'] / 1024:.2f} KB; "
+                f"{r['checkpoints']} checkpoint(s) inside")
+    return rounds
+
+
 async def measure_realistic(db, cfg, res, workdir: Path) -> None:  # noqa: ANN001
     figures: dict[str, dict[str, object]] = {}
     for case in CASES:
         rows = case.rows // 4 if cfg.quick else case.rows
         log(f"realistic: 1 daemon, {case.label}, {rows:,} receipts of ~1.8 KB per window, {cfg.reps} windows, "
             "each after a CHECKPOINT; PostgreSQL CPU and WAL per email without the app's INSERT")
-        lifetime = 120 + cfg.reps * (60 + 3 * rows / case.ceiling)
-        with ScriptServer("relay_sink.py", [f"{case.relay_ms:g}", str(workdir / f"relay-{case.key}.json")],
-                          lifetime, workdir / f"relay-{case.key}.log") as relay, \
-                DaemonProcess(db.url, relay.port, case.pool, f"real-{case.key}", cfg.log_level, workdir,
-                              concurrency=case.concurrency) as daemon:
-            warm = receipts.columns(f"real-{case.key}-warm-", 1, 200)
-            await receipts.insert(db.conn, warm)  # connections opened, statements prepared
-            await db.wait_final(warm[0][-5:], timeout=60)
-            rounds = []
-            for i in range(cfg.reps):
-                rounds.append(await window(db, daemon, case, f"real-{case.key}-{i}-", rows))
-                r = rounds[-1]
-                log(f"  round {i + 1}: PostgreSQL {r['pg_cpu_us']:.0f} µs and {r['wal'] / 1024:.2f} KB WAL per email, "
-                    f"daemon {r['daemon_cpu_us']:.0f} µs, {r['rate']:,.0f}/s; the app's INSERT "
-                    f"{r['insert_cpu_us']:.0f} µs, {r['insert_wal'] / 1024:.2f} KB; VACUUM afterwards "
-                    f"{r['vacuum_cpu_us']:.0f} µs, {r['vacuum_wal'] / 1024:.2f} KB; "
-                    f"{r['checkpoints']} checkpoint(s) inside")
+        try:
+            rounds = await measure_case(db, cfg, case, rows, workdir)
+        except Exception as exc:  # noqa: BLE001 - one broken case must not cost the run its other figures
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            log(f"  failed: {first}")
+            res.notes.append(f"realistic ({case.key}) not measured: {first} (logs: --keep)")
+            if db.conn.is_in_transaction():
+                await db.conn.execute("ROLLBACK")
+            continue
         fig: dict[str, object] = {k: median([r[k] for r in rounds]) for k in rounds[0] if k != "checkpoints"}
         fig.update(rows=rows, rounds=rounds, checkpoints=sum(r["checkpoints"] for r in rounds))
         figures[case.key] = fig
