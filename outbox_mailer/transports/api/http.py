@@ -176,7 +176,8 @@ class HttpApiTransport:
         outcomes = self._batches.interpret_batch(answer, deliveries, utc_now())
         if len(outcomes) != len(deliveries):  # a provider module's bug: never guess which member is which
             raise RuntimeError(f"{self.kind}: {len(outcomes)} outcomes for a batch of {len(deliveries)}")
-        return [self._cleaned(outcome) if isinstance(outcome, Outcome) else outcome for outcome in outcomes]
+        return [self._cleaned(outcome) if isinstance(outcome, Outcome) else replace(
+            outcome, reason=self._clean(outcome.reason)) for outcome in outcomes]
 
     # -- the one request ---------------------------------------------------------------
 
