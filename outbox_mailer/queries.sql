@@ -28,36 +28,39 @@ CASE WHEN s.fits THEN d.attachments::text END AS attachments,
 CASE WHEN s.fits THEN d.metadata::text END AS metadata
 
 -- fragment: content_size
--- The row d's content size: written by the trigger since schema 6, computed for rows older than that.
+-- The row d's content size: written by the insert trigger since schema 6 (schema 8 filled it for older rows), computed for a row written past the trigger.
 coalesce(d.content_bytes, octet_length(d.subject) + coalesce(octet_length(d.text_body), 0)
          + coalesce(octet_length(d.html_body), 0) + octet_length(d.attachments::text))
 
 -- name: claim_due
--- First release this session's advisory locks of keys $6 (outcomes committed earlier; a key held twice appears twice), then claim up to $1 due rows for worker $3 with claim token $2, taking the per-key advisory lock of each; rows whose transport (null = $5) is in $4 (paused) are left alone. The content of a row larger than $7 bytes is not returned (the daemon fails it unread); timestamps come as epoch seconds and JSON as text, so that no value can break the decoding of the whole batch.
+-- First release this session's advisory locks of keys $6 (outcomes committed earlier; a key held twice appears twice), then claim up to $1 due rows of email_queue for worker $3 with claim token $2, taking the per-key advisory lock of each; rows whose transport (null = $5) is in $4 (paused) are left alone. The queue row is marked claimed and the email_deliveries row becomes 'sending' (a HOT update: no index of email_deliveries covers a column this changes). The content of a row larger than $7 bytes is not returned (the daemon fails it unread); timestamps come as epoch seconds and JSON as text, so that no value can break the decoding of the whole batch.
 WITH released AS (
     -- referenced below as a one-time filter, so it runs once, before any row is locked
     SELECT count(*) FILTER (WHERE pg_advisory_unlock(outbox_mailer_lock_key(k))) AS n
     FROM unnest($6::text[]) AS k
 ), candidates AS (
-    SELECT d.id, d.dedupe_key,
+    -- both rows locked: an operator's cancel of the same row waits, or is skipped, instead of deadlocking
+    SELECT q.delivery_id, q.lock_key,
         -- include: content_size
         AS content_bytes
-    FROM email_deliveries d
-    WHERE d.status = 'pending' AND d.scheduled_at <= now()
-      AND coalesce(d.transport, $5::text) <> ALL ($4::text[])
+    FROM email_queue q JOIN email_deliveries d ON d.id = q.delivery_id
+    WHERE q.claimed_at IS NULL AND q.scheduled_at <= now() AND d.status = 'pending'
+      AND coalesce(q.transport, $5::text) <> ALL ($4::text[])
       AND (SELECT n FROM released) >= 0
-    ORDER BY d.priority DESC, d.scheduled_at, d.id
+    ORDER BY q.priority DESC, q.scheduled_at, q.delivery_id
     LIMIT $1
-    FOR UPDATE SKIP LOCKED
+    FOR NO KEY UPDATE OF q, d SKIP LOCKED
 ), locked AS (
-    SELECT id, content_bytes, content_bytes <= $7::bigint AS fits FROM candidates
-    WHERE pg_try_advisory_lock(outbox_mailer_lock_key(dedupe_key))
+    SELECT delivery_id, content_bytes, content_bytes <= $7::bigint AS fits FROM candidates
+    WHERE pg_try_advisory_lock(lock_key)
+), queued AS (
+    UPDATE email_queue q SET claimed_at = now() FROM locked s WHERE q.delivery_id = s.delivery_id
 )
 UPDATE email_deliveries d
 SET status = 'sending', claim_token = $2, claimed_at = now(), claimed_by = $3,
     attempts = d.attempts + 1, first_attempt_at = coalesce(d.first_attempt_at, now()), updated_at = now()
 FROM locked s
-WHERE d.id = s.id
+WHERE d.id = s.delivery_id
 RETURNING
     -- include: claimed_row
 ;
@@ -74,7 +77,7 @@ FROM unnest($1::text[]) AS k
 WHERE NOT pg_try_advisory_lock(outbox_mailer_lock_key(k));
 
 -- name: record_outcomes
--- Apply decided transitions, fenced on (id, status = 'sending', claim_token); write every attempt. Returns the ids updated. Parameters: store/claims.py outcome_parameters(). Recipient lists travel as JSON text (null: none), one per row: asyncpg would take nested lists for a multi-dimensional array.
+-- Apply decided transitions, fenced on (id, status = 'sending', claim_token), and keep email_queue (settled rows leave it, retried rows wait in it again); write every attempt. Returns the ids updated. Parameters: store/claims.py outcome_parameters(). Recipient lists travel as JSON text (null: none), one per row: asyncpg would take nested lists for a multi-dimensional array.
 WITH decided AS (
     SELECT *
     FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::timestamptz[], $5::text[], $6::text[],
@@ -98,7 +101,13 @@ WITH decided AS (
         updated_at = now()
     FROM decided o
     WHERE d.id = o.id AND d.status = 'sending' AND d.claim_token = o.claim_token
-    RETURNING d.id
+    RETURNING d.id, d.status, d.scheduled_at
+), dequeued AS (
+    -- settled rows leave the queue; a row to retry waits there again, with its new schedule
+    DELETE FROM email_queue q USING updated u WHERE q.delivery_id = u.id AND u.status <> 'pending'
+), requeued AS (
+    UPDATE email_queue q SET claimed_at = NULL, scheduled_at = u.scheduled_at
+    FROM updated u WHERE q.delivery_id = u.id AND u.status = 'pending'
 ), attempt AS (
     INSERT INTO email_delivery_attempts
         (delivery_id, attempt, started_at, finished_at, outcome, reply_code, enhanced_code, error, transport, worker,
@@ -121,29 +130,30 @@ JOIN unnest($1::bigint[], $2::integer[], $3::timestamptz[]) AS w(delivery_id, at
   ON a.delivery_id = w.delivery_id AND a.attempt = w.attempt AND a.started_at = w.started_at;
 
 -- name: next_due_at
--- When the earliest pending row becomes due, in epoch seconds (null when there is none).
-SELECT date_part('epoch', min(scheduled_at)) AS next_due_at FROM email_deliveries WHERE status = 'pending';
+-- When the earliest waiting row becomes due, in epoch seconds (null when there is none).
+SELECT date_part('epoch', min(scheduled_at)) AS next_due_at FROM email_queue WHERE claimed_at IS NULL;
 
 -- name: find_dead_claims
--- Rows left in 'sending' longer than $1 seconds whose advisory lock nobody holds, except this session's own rows $3 (session locks are re-entrant); locks each for this session. Columns as claim_due returns them (content left out above $4 bytes).
+-- Claims (found through email_queue) older than $1 seconds whose advisory lock nobody holds, except this session's own rows $3 (session locks are re-entrant); locks each for this session. Columns as claim_due returns them (content left out above $4 bytes).
 WITH stale AS (
-    SELECT d.id, d.dedupe_key,
+    SELECT q.delivery_id, q.lock_key,
         -- include: content_size
         AS content_bytes
-    FROM email_deliveries d
-    WHERE d.status = 'sending' AND d.claimed_at < now() - make_interval(secs => $1)
-      AND d.id <> ALL ($3::bigint[])
+    FROM email_queue q JOIN email_deliveries d ON d.id = q.delivery_id
+    WHERE q.claimed_at IS NOT NULL
+      AND d.status = 'sending' AND d.claimed_at < now() - make_interval(secs => $1)
+      AND q.delivery_id <> ALL ($3::bigint[])
     ORDER BY d.claimed_at
     LIMIT $2
-    FOR UPDATE SKIP LOCKED
+    FOR NO KEY UPDATE OF q, d SKIP LOCKED
 ), locked AS (
-    SELECT id, content_bytes, content_bytes <= $4::bigint AS fits FROM stale
-    WHERE pg_try_advisory_lock(outbox_mailer_lock_key(dedupe_key))
+    SELECT delivery_id, content_bytes, content_bytes <= $4::bigint AS fits FROM stale
+    WHERE pg_try_advisory_lock(lock_key)
 )
 SELECT
     -- include: claimed_row
     , d.claimed_at, d.claimed_by
-FROM email_deliveries d JOIN locked s USING (id);
+FROM email_deliveries d JOIN locked s ON d.id = s.delivery_id;
 
 -- name: status_by_keys
 -- The contract columns of the rows with these dedupe keys.
@@ -230,7 +240,7 @@ SELECT status FROM email_deliveries WHERE dedupe_key = $1;
 
 -- name: count_pending
 -- Rows waiting to be sent (for the daemon's status line).
-SELECT count(*) FROM email_deliveries WHERE status = 'pending';
+SELECT count(*) FROM email_queue WHERE claimed_at IS NULL;
 
 -- name: stats
 -- Counts per status, rows due now, and the age of the oldest due row.
@@ -251,12 +261,12 @@ FROM email_deliveries;
 SELECT count(*) FROM email_deliveries WHERE status IN ('pending', 'sending');
 
 -- name: scrub_batch
--- Retention: remove bodies, attachments and custom headers of up to $2 final rows last changed before now() - $1 seconds.
+-- Retention: remove bodies, attachments and custom headers of up to $2 final rows last changed before now() - $1 seconds. Walks email_deliveries_unscrubbed_idx (created_at; a row's updated_at is never before its created_at), which the hot path never changes.
 WITH batch AS (
     SELECT id FROM email_deliveries
-    WHERE scrubbed_at IS NULL AND status IN ('sent', 'failed', 'cancelled')
-      AND updated_at < now() - make_interval(secs => $1)
-    ORDER BY updated_at
+    WHERE scrubbed_at IS NULL AND created_at < now() - make_interval(secs => $1)
+      AND status IN ('sent', 'failed', 'cancelled') AND updated_at < now() - make_interval(secs => $1)
+    ORDER BY created_at
     LIMIT $2
     FOR UPDATE SKIP LOCKED
 )
@@ -265,11 +275,12 @@ SET text_body = '', html_body = NULL, attachments = '[]', headers = '{}', scrubb
 FROM batch WHERE d.id = batch.id;
 
 -- name: delete_batch
--- Retention: delete up to $2 final rows (and their attempts) last changed before now() - $1 seconds.
+-- Retention: delete up to $2 final rows (and their attempts) last changed before now() - $1 seconds. Walks email_deliveries_created_idx.
 WITH batch AS (
     SELECT id FROM email_deliveries
-    WHERE status IN ('sent', 'failed', 'cancelled') AND updated_at < now() - make_interval(secs => $1)
-    ORDER BY updated_at
+    WHERE created_at < now() - make_interval(secs => $1)
+      AND status IN ('sent', 'failed', 'cancelled') AND updated_at < now() - make_interval(secs => $1)
+    ORDER BY created_at
     LIMIT $2
     FOR UPDATE SKIP LOCKED
 )
@@ -281,7 +292,12 @@ SELECT
     count(*) FILTER (WHERE scrubbed_at IS NULL AND updated_at < now() - make_interval(secs => $1)) AS to_scrub,
     count(*) FILTER (WHERE updated_at < now() - make_interval(secs => $2)) AS to_delete
 FROM email_deliveries
-WHERE status IN ('sent', 'failed', 'cancelled') AND updated_at < now() - make_interval(secs => least($1, $2));
+WHERE created_at < now() - make_interval(secs => least($1, $2))
+  AND status IN ('sent', 'failed', 'cancelled') AND updated_at < now() - make_interval(secs => least($1, $2));
+
+-- name: keep_queue
+-- The claim session keeps email_queue itself (claim_due, record_outcomes): the trigger that mirrors other sessions' changes leaves its transitions alone.
+SELECT set_config('outbox_mailer.keeps_queue', 'on', false), set_config('plan_cache_mode', 'force_generic_plan', false);
 
 -- name: ensure_migrations_table
 -- The migration runner's own bookkeeping.

@@ -105,7 +105,10 @@ class ClaimSession:
 
     @classmethod
     async def open(cls, url: str, *, timeout: float = 10.0) -> ClaimSession:
-        return cls(await connect(url, timeout))
+        conn = await connect(url, timeout)
+        with translate_errors():
+            await conn.execute(sql("keep_queue"))  # this session's writes keep email_queue themselves
+        return cls(conn)
 
     async def close(self) -> None:
         """Closing the session releases every advisory lock it holds."""

@@ -5,7 +5,8 @@
 -- The roles must exist. Not a migration: it is not applied by `migrate`.
 
 -- The application: enqueue (INSERT of the columns it owns) and read status.
--- No UPDATE, no DELETE: only the daemon changes a row once it is written.
+-- No UPDATE, no DELETE: only the daemon changes a row once it is written. Nothing on
+-- email_queue: the insert trigger (SECURITY DEFINER) queues the row.
 GRANT USAGE ON SCHEMA public TO :"app_role";
 GRANT SELECT ON email_deliveries, email_delivery_attempts TO :"app_role";
 GRANT INSERT (dedupe_key, from_address, to_addresses, cc_addresses, bcc_addresses, reply_to, subject,
@@ -17,4 +18,5 @@ GRANT INSERT (dedupe_key, from_address, to_addresses, cc_addresses, bcc_addresse
 GRANT USAGE ON SCHEMA public TO :"daemon_role";
 GRANT SELECT, INSERT, UPDATE, DELETE ON email_deliveries TO :"daemon_role";
 GRANT SELECT, INSERT, DELETE ON email_delivery_attempts TO :"daemon_role";
+GRANT SELECT, INSERT, UPDATE, DELETE ON email_queue TO :"daemon_role";
 GRANT SELECT ON outbox_mailer_migrations TO :"daemon_role";

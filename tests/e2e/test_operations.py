@@ -74,8 +74,10 @@ def test_stats_watch_refreshes_until_interrupted(installed: Installed, env: dict
 
 def test_prune_dry_run_then_prune(installed: Installed, env: dict[str, str], db_url: str) -> None:
     seed(db_url)
-    psql(db_url, "UPDATE email_deliveries SET updated_at = now() - interval '400 days' WHERE dedupe_key = 'f1';"
-                 "UPDATE email_deliveries SET updated_at = now() - interval '40 days' WHERE dedupe_key = 'f2';")
+    psql(db_url, "UPDATE email_deliveries SET updated_at = now() - interval '400 days', "
+                 "created_at = now() - interval '400 days' WHERE dedupe_key = 'f1';"
+                 "UPDATE email_deliveries SET updated_at = now() - interval '40 days', created_at = now() - interval '40 days' "
+                 "WHERE dedupe_key = 'f2';")
     dry = installed.cli("prune", "--dry-run", "--json", env=env)
     assert json.loads(dry.stdout) == {"would_scrub": 2, "would_delete": 1}
     done = installed.cli("prune", "--json", env=env)

@@ -27,7 +27,7 @@ async def test_upgrading_fails_unsendable_rows_and_validates_the_new_checks(empt
         await store.execute("UPDATE email_deliveries SET status = 'sending', claim_token = gen_random_uuid(), "
                             "claimed_at = now(), attempts = 1 WHERE dedupe_key = 'stuck'")
         await store.execute("UPDATE email_deliveries SET status = 'sent', sent_at = now() WHERE dedupe_key = 'done'")
-        assert [m.version for m in await store.migrate(migrations)] == [6, 7]
+        assert [m.version for m in await store.migrate([m for m in migrations if m.version <= 7])] == [6, 7]
         rows = {r["dedupe_key"]: r for r in await store.fetch(
             "SELECT dedupe_key, status, last_error, expires_at = 'infinity' AS never, claim_token, content_bytes "
             "FROM email_deliveries")}

@@ -90,7 +90,8 @@ async def aged_rows(store: Store, prefix: str, n: int, status: str, age: str) ->
         f"""'{{"X-A": "1"}}', '{status}', {sent_at} FROM generate_series(1, $2) g""",
         prefix, n,
     )
-    await store.execute(f"UPDATE email_deliveries SET updated_at = now() - interval '{age}' "
+    await store.execute(f"UPDATE email_deliveries SET updated_at = now() - interval '{age}', "
+                        f"created_at = now() - interval '{age}' "
                         "WHERE dedupe_key LIKE $1 || '%'", prefix)
 
 
@@ -102,7 +103,7 @@ async def test_prune_scrubs_then_deletes_only_old_final_rows(db_url: str) -> Non
         await aged_rows(store, "ancient", 5, "sent", "400 days")
         await store.execute("INSERT INTO email_deliveries (dedupe_key, to_addresses, subject, text_body) "
                             "VALUES ('waiting', ARRAY['a@example.com'], 's', 'keep me')")
-        await store.execute("UPDATE email_deliveries SET updated_at = now() - interval '500 days' "
+        await store.execute("UPDATE email_deliveries SET updated_at = now() - interval '500 days', created_at = now() - interval '500 days' "
                             "WHERE dedupe_key = 'waiting'")
         seen: list[tuple[str, int, int]] = []
         result = await prune(store, PruneSettings(batch_size=2), progress=lambda *a: seen.append(a))

@@ -71,11 +71,3 @@ def test_duplicate_dedupe_key_is_ignored_with_on_conflict(db_url: str) -> None:
     assert "INSERT 0 0" in out.stdout
     plain = insert(db_url)
     assert plain.returncode != 0 and "email_deliveries_dedupe_key_key" in plain.stderr
-
-
-def test_claim_index_is_partial_on_pending(db_url: str) -> None:
-    out = subprocess.run(
-        ["psql", "-X", "-At", db_url, "-c", "SELECT indexdef FROM pg_indexes WHERE indexname = 'email_deliveries_claim_idx'"],
-        capture_output=True, text=True, check=True,
-    )
-    assert "WHERE (status = 'pending'::text)" in out.stdout
