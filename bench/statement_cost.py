@@ -1,9 +1,9 @@
 """PostgreSQL's CPU per email for the two hot statements alone: claim_due + record_outcomes.
 
-    .venv/bin/python bench/statement_cost.py [ROWS]
+    .venv/bin/python bench/statement_cost.py [ROWS [BATCH]]
 
 A throwaway cluster, ROWS (20,000) pending rows with ~1.6 KB bodies, then one
-connection claims 100 at a time and records each batch as sent, as the daemon
+connection claims BATCH (100) at a time and records each batch as sent, as the daemon
 does, without the daemon. Prints the backend's CPU (user + system, from
 /proc) per row, for the whole loop and for the claim alone. To compare two
 checkouts, run it from each in turn, alternating, on the same machine:
@@ -28,6 +28,7 @@ from outbox_mailer.pgcluster import TemporaryPostgres
 from outbox_mailer.store import AttemptRecord, ClaimSession, OutcomeWrite, Store
 
 ROWS = int(sys.argv[1]) if len(sys.argv) > 1 else 20_000
+BATCH = int(sys.argv[2]) if len(sys.argv) > 2 else 100  # a realistic daemon claims a few rows at a time
 INSERT = """
 INSERT INTO email_deliveries (dedupe_key, to_addresses, subject, text_body, html_body)
 SELECT 'k' || g, ARRAY['user' || g || '@example.com'], 'Subject ' || g, repeat('text body ', 80),
@@ -54,7 +55,7 @@ async def main() -> None:
         started_cpu, started = cpu_seconds(pid), time.monotonic()
         while True:
             before = cpu_seconds(pid)
-            batch = await session.claim_due(100, "bench")
+            batch = await session.claim_due(BATCH, "bench")
             claim_cpu += cpu_seconds(pid) - before
             if not batch:
                 break
