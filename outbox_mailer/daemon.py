@@ -41,7 +41,7 @@ from .claimer import Claimer, DaemonObserver
 from .clock import utc_now
 from .config import Settings
 from .delivery import Transport
-from .errors import DatabaseError, SchemaMismatch
+from .errors import SchemaMismatch
 from .executor import Executor
 from .gate import TransportGate
 from .inflight import InFlight
@@ -51,13 +51,13 @@ from .migrations import expected_schema_version
 from .ratelimit import TokenBucket
 from .recorder import Recorder
 from .retention import prune_periodically
+from .rescuer import Rescuer
 from .sessions import DaemonSessions
 from .store import Store
 from .systemd import SystemdNotifier
 
 log = logging.getLogger("outbox_mailer")
 
-RESCUE_BATCH = 100
 
 
 def default_worker_name() -> str:
@@ -100,9 +100,11 @@ class Daemon:
         self.recorder = Recorder(self._db, self._stopping, self.inflight,
                                  observer.recorded if observer is not None else None)
         self.gates = build_gates(settings, self.transports)
-        self.lanes = {name: Lane(name, t.max_parallel) for name, t in self.transports.items()}
-        self.executor = Executor(settings, self.transports, self.gates, self.inflight, self.recorder,
+        self.lanes = {name: Lane(name, t.max_parallel, getattr(t, "batch_limit", 0))
+                      for name, t in self.transports.items()}
+        self.executor = Executor(settings, self.transports, self.gates, self.inflight, self.recorder, ledger=self._db,
                                  worker=self.worker, default_transport=default_transport, clock=clock, rng=rng)
+        self.rescuer = Rescuer(settings, self._db, self.inflight, self.executor, self.recorder, self.transports)
         self.claimer = Claimer(settings, self._db, self.inflight, self.executor, self.gates, self.lanes,
                                self.liveness, self._stopping, observer)
 
@@ -143,14 +145,14 @@ class Daemon:
             async with anyio.create_task_group() as outer:
                 if handle_signals:
                     outer.start_soon(self._watch_signals)
-                outer.start_soon(self._rescue_loop)
+                outer.start_soon(self.rescuer.run)
                 outer.start_soon(prune_periodically, self._url, self.settings.prune)
                 async with anyio.create_task_group() as core:
                     core.start_soon(self.recorder.run)
                     async with anyio.create_task_group() as sends:
                         for lane in self.lanes.values():
                             for _ in range(lane.workers):
-                                sends.start_soon(lane.serve, self.executor.carry)
+                                sends.start_soon(lane.serve, self.executor.carry, self.executor.carry_batch)
                         await self.claimer.run()
                         await self._drain(sends)
                     for lane in self.lanes.values():
@@ -198,25 +200,3 @@ class Daemon:
         c = self.recorder.counts
         return (f"sent {c['sent']}, failed {c['failed']}, retried {c['retried']}, in doubt {c['in_doubt']}, "
                 f"in flight {len(self.inflight)}, pending {'?' if pending is None else pending}")
-
-    # ---- rescue ----------------------------------------------------------------
-
-    async def _rescue_loop(self) -> None:
-        while True:
-            await anyio.sleep(self.settings.rescue_interval_seconds)
-            try:
-                await self.rescue_once()
-            except DatabaseError as exc:
-                log.warning("rescue skipped: %s", exc)
-
-    async def rescue_once(self) -> int:
-        """Settle claims of dead processes by the ambiguous-outcome policy; returns how many."""
-        session = await self._db.claim_session()
-        dead = await session.find_dead_claims(self.settings.effective_rescue_after_seconds, RESCUE_BATCH,
-                                              own=self.inflight.ids(), max_content_bytes=self.settings.max_message_bytes)
-        writes = [self.executor.rescued(delivery, claimed_at, claimed_by) for delivery, claimed_at, claimed_by in dead]
-        if writes:
-            log.warning("rescuing %d claims of stopped processes (policy %s)", len(writes), self.settings.in_doubt)
-            with anyio.CancelScope(shield=True):
-                await self.recorder.record(writes)
-        return len(writes)

@@ -11,17 +11,29 @@ job executor)::
 
 Every way out of a send (sent, refused, unreachable, held back, cancelled at
 shutdown, an unexpected exception) ends here in exactly one of two ways: an
-:class:`OutcomeWrite` handed to the recorder, or (cut off by the shutdown grace
-period) the row left ``sending`` for a rescuer. The executor does no database
-I/O; decisions are ``decide()``'s (pure).
+:class:`OutcomeWrite` handed to the recorder, or the row left ``sending`` for a
+rescuer (cut off by the shutdown grace period; or a batch whose answer was
+ambiguous, given up so that a rescuer resends it whole). Decisions are
+``decide()``'s (pure); the only database I/O on the path is the batch ledger's
+record of a batch before its request (:class:`BatchLedger`).
+
+Batches (a transport with a batch endpoint, :meth:`carry_batch`): each member is
+composed on its own; members the transport cannot batch go singly; the batch is
+admitted once (a rate limit counts requests), recorded with its key, sent, and
+each member's answer becomes its own outcome. A member the provider did not
+judge (the batch refused as a whole) is sent singly at once. An ambiguous answer
+that a resend under the same key would absorb gives the whole batch up to the
+rescuer, which resends the identical batch (:meth:`replay_batch`), never its
+members under other keys.
 """
 
 from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
+from typing import Protocol
 
 import anyio
 
@@ -29,18 +41,39 @@ from .clock import utc_now
 from .compose import compose
 from .config import Settings
 from .decide import RetryPolicy, decide
-from .delivery import Delivery, Outcome, OutcomeKind, Transport
-from .errors import CompositionError
+from .delivery import BatchOutcome, Cause, ComposedMessage, Delivery, Outcome, OutcomeKind, SendSingly, Transport
+from .errors import CompositionError, DatabaseError
 from .gate import TransportGate
 from .inflight import InFlight
 from .recorder import Recorder
-from .store import AttemptRecord, OutcomeWrite
+from .store import AttemptRecord, OutcomeWrite, RecordedBatch
 from .transports import resend_safe_until
+from .transports.seam import batch_idempotency_key
 
 log = logging.getLogger("outbox_mailer")
 
 DEFAULT_MESSAGE_ID_SECRET = b"outbox-mailer message-id v1"
 START_MARGIN_SECONDS = 1.0  # a send must end this long before its claim could be rescued
+
+
+class BatchLedger(Protocol):
+    """Where a batch is recorded before its request (the claim session, through DaemonSessions)."""
+
+    async def open_batch(self, transport: str, key: str, members: Sequence[Delivery]) -> int | None:
+        """The batch's id; None when a member's claim was lost. Raises DatabaseError."""
+
+    async def give_up(self, keys: Sequence[str]) -> None:
+        """Unlock claims left 'sending' for a rescuer."""
+
+
+# Answers to a resent batch that settle nothing: the identical batch goes again at the next rescue.
+_NOT_JUDGED = frozenset({Cause.TRANSIENT, Cause.UNREACHABLE, Cause.PAUSED, Cause.HELD_BACK})
+
+
+def resend_whole(result: BatchOutcome, now: datetime) -> bool:
+    """An answer after which only the identical batch, under the same key, may go again."""
+    return (isinstance(result, Outcome) and result.cause is Cause.AMBIGUOUS
+            and result.resend_safe_until is not None and result.resend_safe_until > now)
 
 
 class Executor:
@@ -52,6 +85,7 @@ class Executor:
         inflight: InFlight,
         recorder: Recorder,
         *,
+        ledger: BatchLedger | None = None,
         worker: str,
         default_transport: str,
         clock: Callable[[], datetime] = utc_now,
@@ -65,6 +99,7 @@ class Executor:
         self.clock = clock
         self._inflight = inflight
         self._recorder = recorder
+        self._ledger = ledger
         self._rng = rng or random.Random()
         self.policy = RetryPolicy(
             base_seconds=settings.retry.base_seconds,
@@ -80,12 +115,13 @@ class Executor:
 
     # -- the ways a claimed row ends ---------------------------------------------
 
-    async def carry(self, delivery: Delivery) -> None:
-        """Send one row (a lane's worker calls this) and hand its outcome to the recorder."""
+    async def carry(self, delivery: Delivery, message: ComposedMessage | None = None) -> None:
+        """Send one row (a lane's worker calls this; a batch passes a member it composed already) and
+        hand its outcome to the recorder."""
         started = self.clock()
         name = self.transport_of(delivery)
         try:
-            outcome = await self._attempt(delivery, name, started)
+            outcome = await self._attempt(delivery, name, started, message)
         except anyio.get_cancelled_exc_class():
             # cut off by the grace period: the row stays 'sending' for the rescuer
             log.warning("abandoned key=%s attempt=%d: cancelled during the send", delivery.dedupe_key,
@@ -130,14 +166,111 @@ class Executor:
                                 outcome.error, self.transport_of(delivery), f"rescuer {self.worker}")
         return OutcomeWrite(delivery, transition, attempt)
 
+    # -- batches ------------------------------------------------------------------
+
+    async def carry_batch(self, deliveries: list[Delivery]) -> None:
+        """Send rows queued together on a batching transport's lane (a lane's worker calls this)."""
+        name = self.transport_of(deliveries[0])
+        transport = self.transports[name]
+        started = self.clock()
+        members: list[Delivery] = []
+        messages: list[ComposedMessage] = []
+        for delivery in deliveries:
+            prepared = self._prepare(delivery, started)
+            if isinstance(prepared, Outcome):
+                self._finish(delivery, name, started, prepared)
+            elif transport.batchable(prepared, delivery):  # type: ignore[attr-defined]
+                members.append(delivery)
+                messages.append(prepared)
+            else:
+                await self.carry(delivery, prepared)
+        if len(members) == 1:
+            await self.carry(members[0], messages[0])
+        elif members:
+            await self._send_batch(name, transport, members, messages, started)
+
+    async def _send_batch(self, name: str, transport: Transport, members: list[Delivery],
+                          messages: list[ComposedMessage], started: datetime) -> None:
+        try:
+            results = await self._request_batch(name, transport, members, messages)
+        except anyio.get_cancelled_exc_class():
+            log.warning("abandoned %d batch members: cancelled during the send", len(members))
+            for delivery in members:
+                self._inflight.abandon(delivery)
+            raise
+        except Exception as exc:  # a poison batch must not stop the daemon
+            log.exception("unexpected error sending a batch of %d", len(members))
+            results = [Outcome.permanent(f"internal error: {type(exc).__name__}: {exc}")] * len(members)
+        if any(resend_whole(r, self.clock()) for r in results):
+            await self._give_up(members, results)
+            return
+        for delivery, message, result in zip(members, messages, results, strict=True):
+            if isinstance(result, SendSingly):
+                await self.carry(delivery, message)
+            else:
+                self._finish(delivery, name, started, self.gates[name].observe(result))
+
+    async def _request_batch(self, name: str, transport: Transport, members: list[Delivery],
+                             messages: list[ComposedMessage]) -> list[BatchOutcome]:
+        """Admit once, record the batch with its key, then make the one request."""
+        held_back = await self.gates[name].admit()
+        if held_back is not None:
+            return [held_back] * len(members)
+        if not all(self._may_start(d, transport) for d in members):
+            return [Outcome.held_back("waited too long after the claim to start a send safely")] * len(members)
+        key = batch_idempotency_key([d.dedupe_key for d in members])
+        try:
+            batch_id = await self._ledger.open_batch(name, key, members) if self._ledger is not None else None
+        except DatabaseError as exc:
+            return [Outcome.held_back(f"could not record the batch before its request: {exc}")] * len(members)
+        if batch_id is None:
+            return [Outcome.held_back("a member's claim was lost before the batch request")] * len(members)
+        return await transport.send_batch(messages, members, key)  # type: ignore[attr-defined]
+
+    async def _give_up(self, members: list[Delivery], results: Sequence[BatchOutcome]) -> None:
+        """An ambiguous answer: the rows stay 'sending' and unlocked, so a rescuer resends the identical
+        batch under its recorded key once the rescue delay has passed."""
+        reason = next(r.error for r in results if isinstance(r, Outcome) and r.cause is Cause.AMBIGUOUS)
+        log.warning("batch of %d left for a rescuer to resend under the same key: %s", len(members), reason)
+        for delivery in members:
+            self._inflight.abandon(delivery)
+        if self._ledger is not None:
+            await self._ledger.give_up([d.dedupe_key for d in members])
+
+    async def replay_batch(self, batch: RecordedBatch, members: Sequence[Delivery]) -> list[OutcomeWrite] | None:
+        """The rescuer's resend of a recorded batch: the identical members (in request order) under the
+        identical key. None when it could not be resent now (the rows stay for the next rescue)."""
+        transport = self.transports[batch.transport]
+        started = self.clock()
+        messages = []
+        for delivery in members:
+            prepared = self._compose(delivery, started)
+            if isinstance(prepared, Outcome):
+                return None
+            messages.append(prepared)
+        if await self.gates[batch.transport].admit() is not None:
+            return None
+        results = await transport.send_batch(messages, list(members), batch.key)  # type: ignore[attr-defined]
+        now = self.clock()
+        if any(resend_whole(r, now) or (isinstance(r, Outcome) and r.cause in _NOT_JUDGED) for r in results):
+            return None  # not settled (the first request may still be at the provider: 409): again, later
+        writes = []
+        for delivery, message, result in zip(members, messages, results, strict=True):
+            outcome = await transport.send(message, delivery) if isinstance(result, SendSingly) else result
+            writes.append(self._write(delivery, batch.transport, started, self.gates[batch.transport].observe(outcome),
+                                      worker=f"rescuer {self.worker}"))
+        return writes
+
     # -- the path -----------------------------------------------------------------
 
-    async def _attempt(self, delivery: Delivery, name: str, now: datetime) -> Outcome:
+    def _prepare(self, delivery: Delivery, now: datetime) -> ComposedMessage | Outcome:
         if delivery.expires_at is not None and delivery.expires_at <= now:
             return Outcome.unsendable(f"expired at {delivery.expires_at.isoformat()} before it could be sent")
-        transport = self.transports[name]
+        return self._compose(delivery, now)
+
+    def _compose(self, delivery: Delivery, now: datetime) -> ComposedMessage | Outcome:
         try:
-            message = compose(
+            return compose(
                 delivery,
                 default_from=self.settings.default_from,
                 max_message_bytes=self.settings.max_message_bytes,
@@ -146,6 +279,15 @@ class Executor:
             )
         except CompositionError as exc:
             return Outcome.unsendable(f"cannot compose: {exc}")
+
+    async def _attempt(self, delivery: Delivery, name: str, now: datetime,
+                       message: ComposedMessage | None) -> Outcome:
+        if message is None:
+            prepared = self._prepare(delivery, now)
+            if isinstance(prepared, Outcome):
+                return prepared
+            message = prepared
+        transport = self.transports[name]
         held_back = await self.gates[name].admit()
         if held_back is not None:
             return held_back
@@ -165,6 +307,10 @@ class Executor:
     def _finish(self, delivery: Delivery, name: str, started: datetime, outcome: Outcome) -> None:
         """Decide, and hand the write to the recorder (never waits: nothing can cancel the hand-over)."""
         self._inflight.send_returned()
+        self._recorder.submit(self._write(delivery, name, started, outcome))
+
+    def _write(self, delivery: Delivery, name: str, started: datetime, outcome: Outcome, *,
+               worker: str | None = None) -> OutcomeWrite:
         finished = self.clock()
         transition = decide(delivery, outcome, finished, self.policy, self._rng.random())
         attempt = AttemptRecord(
@@ -176,7 +322,7 @@ class Executor:
             enhanced_code=outcome.enhanced_code,
             error=outcome.error if outcome.kind is not OutcomeKind.SENT else transition.last_error,
             transport=name,
-            worker=self.worker,
+            worker=worker or self.worker,
             refused=outcome.refused,
         )
-        self._recorder.submit(OutcomeWrite(delivery, transition, attempt))
+        return OutcomeWrite(delivery, transition, attempt)

@@ -7,6 +7,10 @@ entry, not a task, cancel scope or limiter. A worker whose row completes
 without waiting goes straight on to the next, yielding every
 ``YIELD_EVERY_ROWS`` rows so the claim loop and the recorder get their turn.
 What a worker does with a row is the executor's business (executor.py).
+
+A lane of a transport that sends batches (``batch_limit`` > 1: a provider's
+batch endpoint) hands each worker up to ``batch_limit`` queued rows at once,
+and has room for a full batch per worker.
 """
 
 from __future__ import annotations
@@ -23,12 +27,13 @@ YIELD_EVERY_ROWS = 8
 
 
 class Lane:
-    def __init__(self, name: str, workers: int) -> None:
+    def __init__(self, name: str, workers: int, batch_limit: int = 0) -> None:
         self.name = name
         self.workers = max(1, workers)
+        self.batch_limit = batch_limit if batch_limit > 1 else 1
         self._queue: deque[Delivery] = deque()
         self._idle: list[anyio.Event] = []  # one event per worker waiting for a row
-        self._busy = 0  # workers handling a row
+        self._busy = 0  # rows being handled
 
     @property
     def room(self) -> int:
@@ -40,7 +45,8 @@ class Lane:
         (the executor refuses to start it if that ever comes near the rescue
         delay). The daemon's ``concurrency`` bounds the total.
         """
-        return QUEUE_PER_WORKER * self.workers + self.workers - self._busy - len(self._queue)
+        per_worker = max(QUEUE_PER_WORKER + 1, self.batch_limit)
+        return per_worker * self.workers - self._busy - len(self._queue)
 
     def submit(self, delivery: Delivery) -> None:
         """Queue a claimed row and wake one idle worker (never waits)."""
@@ -54,16 +60,26 @@ class Lane:
         self._queue.clear()
         return rows
 
-    async def serve(self, handle: Callable[[Delivery], Awaitable[None]]) -> None:
-        """One worker: handle queued rows one after another, forever (cancel to stop)."""
+    async def serve(self, handle: Callable[[Delivery], Awaitable[None]],
+                    handle_batch: Callable[[list[Delivery]], Awaitable[None]] | None = None) -> None:
+        """One worker: handle queued rows one after another (up to ``batch_limit`` at a time through
+        ``handle_batch``, when given), forever (cancel to stop)."""
         while True:
             handled = 0
             while self._queue:
-                self._busy += 1
-                try:
-                    await handle(self._queue.popleft())
-                finally:
-                    self._busy -= 1
+                if handle_batch is not None and self.batch_limit > 1 and len(self._queue) > 1:
+                    rows = [self._queue.popleft() for _ in range(min(self.batch_limit, len(self._queue)))]
+                    self._busy += len(rows)
+                    try:
+                        await handle_batch(rows)
+                    finally:
+                        self._busy -= len(rows)
+                else:
+                    self._busy += 1
+                    try:
+                        await handle(self._queue.popleft())
+                    finally:
+                        self._busy -= 1
                 handled += 1
                 if handled % YIELD_EVERY_ROWS == 0:
                     # a send that completes without waiting would otherwise hold the event loop for the

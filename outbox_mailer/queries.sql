@@ -106,7 +106,7 @@ WITH decided AS (
     -- settled rows leave the queue; a row to retry waits there again, with its new schedule
     DELETE FROM email_queue q USING updated u WHERE q.delivery_id = u.id AND u.status <> 'pending'
 ), requeued AS (
-    UPDATE email_queue q SET claimed_at = NULL, scheduled_at = u.scheduled_at
+    UPDATE email_queue q SET claimed_at = NULL, scheduled_at = u.scheduled_at, batch_id = NULL
     FROM updated u WHERE q.delivery_id = u.id AND u.status = 'pending'
 ), attempt AS (
     INSERT INTO email_delivery_attempts
@@ -134,9 +134,9 @@ JOIN unnest($1::bigint[], $2::integer[], $3::timestamptz[]) AS w(delivery_id, at
 SELECT date_part('epoch', min(scheduled_at)) AS next_due_at FROM email_queue WHERE claimed_at IS NULL;
 
 -- name: find_dead_claims
--- Claims (found through email_queue) older than $1 seconds whose advisory lock nobody holds, except this session's own rows $3 (session locks are re-entrant); locks each for this session. Columns as claim_due returns them (content left out above $4 bytes).
+-- Claims (found through email_queue) older than $1 seconds whose advisory lock nobody holds, except this session's own rows $3 (session locks are re-entrant); locks each for this session. Columns as claim_due returns them (content left out above $4 bytes), with the claim and the batch the row was sent in (null: sent alone).
 WITH stale AS (
-    SELECT q.delivery_id, q.lock_key,
+    SELECT q.delivery_id, q.lock_key, q.batch_id,
         -- include: content_size
         AS content_bytes
     FROM email_queue q JOIN email_deliveries d ON d.id = q.delivery_id
@@ -147,13 +147,40 @@ WITH stale AS (
     LIMIT $2
     FOR NO KEY UPDATE OF q, d SKIP LOCKED
 ), locked AS (
-    SELECT delivery_id, content_bytes, content_bytes <= $4::bigint AS fits FROM stale
+    SELECT delivery_id, batch_id, content_bytes, content_bytes <= $4::bigint AS fits FROM stale
     WHERE pg_try_advisory_lock(lock_key)
 )
 SELECT
     -- include: claimed_row
-    , d.claimed_at, d.claimed_by
+    , d.claimed_at, d.claimed_by, s.batch_id
 FROM email_deliveries d JOIN locked s ON d.id = s.delivery_id;
+
+-- name: open_batch
+-- Before a batch request: record batch transport $1, key $2, members $3 (request order) and point each member's queue row at it, fenced on each member's claim ($4 claim tokens). Returns the batch id and how many members were still ours.
+WITH batch AS (
+    INSERT INTO email_batches (transport, idempotency_key, member_ids) VALUES ($1, $2, $3::bigint[])
+    RETURNING id
+), members AS (
+    UPDATE email_queue q SET batch_id = b.id
+    FROM batch b, unnest($3::bigint[], $4::uuid[]) AS m(id, claim_token), email_deliveries d
+    WHERE q.delivery_id = m.id AND d.id = m.id AND d.status = 'sending' AND d.claim_token = m.claim_token
+    RETURNING q.delivery_id
+)
+SELECT (SELECT id FROM batch) AS id, (SELECT count(*) FROM members) AS members;
+
+-- name: batches
+-- The recorded batches with these ids: key, members in request order, and requests made so far.
+SELECT id, transport, idempotency_key, member_ids, sends FROM email_batches WHERE id = ANY($1::bigint[]);
+
+-- name: batch_resent
+-- Before a rescuer resends batch $1: one more request under its key. Returns the requests made, this one included.
+UPDATE email_batches SET sends = sends + 1 WHERE id = $1 RETURNING sends;
+
+-- name: prune_batches
+-- Batches older than $1 seconds that no queue row points at any more.
+DELETE FROM email_batches b
+WHERE b.created_at < now() - make_interval(secs => $1)
+  AND NOT EXISTS (SELECT 1 FROM email_queue q WHERE q.batch_id = b.id);
 
 -- name: status_by_keys
 -- The contract columns of the rows with these dedupe keys.

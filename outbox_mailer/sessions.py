@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 
 import anyio
 
+from .delivery import Delivery
 from .errors import DatabaseError, DatabaseUnavailable
 from .store import ClaimSession, Listener
 
@@ -103,6 +104,21 @@ class DaemonSessions:
                 await (await self.claim_session()).go_idle()
         except DatabaseError as exc:
             await self.failed(exc)  # closing the session releases every lock it held
+
+    async def open_batch(self, transport: str, key: str, members: Sequence[Delivery]) -> int | None:
+        """Record a batch before its request (see ClaimSession.open_batch); a database error is raised."""
+        try:
+            return await (await self.claim_session()).open_batch(transport, key, members)
+        except DatabaseError as exc:
+            await self.failed(exc)
+            raise
+
+    async def give_up(self, keys: Sequence[str]) -> None:
+        """Unlock claims given up to a rescuer (rows left 'sending', no outcome written)."""
+        try:
+            await (await self.claim_session()).release_locks(keys)
+        except DatabaseError as exc:
+            await self.failed(exc)  # closing the session released them
 
     async def failed(self, exc: Exception) -> None:
         """A statement on the claim session failed: drop it (its locks go with it); the next use reconnects."""

@@ -54,6 +54,28 @@ CREATE INDEX email_queue_due_idx ON email_queue (priority DESC, scheduled_at, de
 -- The rescuer: claims older than the rescue delay.
 CREATE INDEX email_queue_claimed_idx ON email_queue (claimed_at) WHERE claimed_at IS NOT NULL;
 
+-- Batch sends (a provider's batch endpoint, one request for many rows): a batch's
+-- members, in request order, and its idempotency key are written here before
+-- the request is made, and each member's queue row points at it until the row
+-- is settled or retried, so that an ambiguous answer, or a daemon killed during
+-- the request, is resent by a rescuer as the identical batch under the same key.
+CREATE TABLE email_batches (
+    id              bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    transport       text        NOT NULL,
+    idempotency_key text        NOT NULL,
+    member_ids      bigint[]    NOT NULL,  -- email_deliveries ids, in request order
+    sends           integer     NOT NULL DEFAULT 1,  -- requests made with this key
+    created_at      timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT email_batches_members CHECK (cardinality(member_ids) >= 1)
+);
+
+COMMENT ON TABLE email_batches IS
+    'outbox-mailer (daemon-owned): provider batch requests, recorded before they are made; not an API.';
+
+ALTER TABLE email_queue ADD COLUMN batch_id bigint;  -- the batch this row was last sent in, until settled
+
+CREATE INDEX email_queue_batch_idx ON email_queue (batch_id) WHERE batch_id IS NOT NULL;
+
 -- Every row is inserted, updated and deleted within seconds: vacuum early.
 ALTER TABLE email_queue SET (
     fillfactor = 70,
@@ -132,7 +154,7 @@ BEGIN
                 CASE WHEN NEW.status = 'sending' THEN NEW.claimed_at END)
         ON CONFLICT (delivery_id) DO UPDATE
             SET lock_key = EXCLUDED.lock_key, priority = EXCLUDED.priority, scheduled_at = EXCLUDED.scheduled_at,
-                transport = EXCLUDED.transport, claimed_at = EXCLUDED.claimed_at;
+                transport = EXCLUDED.transport, claimed_at = EXCLUDED.claimed_at, batch_id = NULL;
     ELSE
         DELETE FROM email_queue WHERE delivery_id = NEW.id;
     END IF;

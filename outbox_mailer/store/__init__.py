@@ -10,7 +10,8 @@ asyncpg errors are translated here (``connection.py``) into :mod:`outbox_mailer.
 """
 
 from .admin import Store
-from .claims import AttemptRecord, ClaimSession, Listener, OutcomeWrite
+from .claims import AttemptRecord, ClaimSession, DeadClaim, Listener, OutcomeWrite, RecordedBatch
 from .connection import CHANNEL, translate_errors
 
-__all__ = ["CHANNEL", "AttemptRecord", "ClaimSession", "Listener", "OutcomeWrite", "Store", "translate_errors"]
+__all__ = ["CHANNEL", "AttemptRecord", "ClaimSession", "DeadClaim", "Listener", "OutcomeWrite", "RecordedBatch", "Store",
+           "translate_errors"]

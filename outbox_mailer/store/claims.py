@@ -37,6 +37,27 @@ class AttemptRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class DeadClaim:
+    """A claim whose holder is gone, now locked by the rescuing session."""
+
+    delivery: Delivery
+    claimed_at: datetime
+    claimed_by: str
+    batch_id: int | None  # the recorded batch the row was sent in; None: sent alone
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedBatch:
+    """A provider batch request as recorded before it was made (email_batches)."""
+
+    id: int
+    transport: str
+    key: str  # the idempotency key of every request of this batch
+    member_ids: tuple[int, ...]  # in request order
+    sends: int  # requests made under the key so far
+
+
+@dataclass(frozen=True, slots=True)
 class OutcomeWrite:
     delivery: Delivery
     transition: Transition
@@ -90,6 +111,10 @@ class ClaimSession:
     claim loop waits for work it calls :meth:`go_idle`, which releases what was
     left; until the next claim, outcomes are then unlocked right after their
     write. A key this session locked twice (re-entrantly) is unlocked twice.
+    One exception, by the same method: a claim the daemon *gives up* to a
+    rescuer with no outcome written (a batch whose answer was ambiguous, to be
+    resent whole under its recorded key) is unlocked at once, with
+    :meth:`release_locks`, so that any daemon's rescuer can take it.
     Closing the session releases every lock it holds.
     """
 
@@ -199,8 +224,8 @@ class ClaimSession:
     async def find_dead_claims(
         self, older_than_seconds: float, limit: int, *, own: Sequence[int] = (),
         max_content_bytes: int = 10 * 1024 * 1024,
-    ) -> list[tuple[Delivery, datetime, str]]:
-        """Claims whose holder is gone: (delivery, claimed_at, claimed_by), each now locked by this session.
+    ) -> list[DeadClaim]:
+        """Claims whose holder is gone, each now locked by this session.
 
         ``own``: ids this session claimed itself (a session's advisory locks are
         re-entrant, so they would look free to it).
@@ -209,7 +234,37 @@ class ClaimSession:
             with translate_errors():
                 rows = await self._conn.fetch(sql("find_dead_claims"), older_than_seconds, limit, list(own),
                                               max_content_bytes)
-        return [(delivery_from_row(r, max_content_bytes), r["claimed_at"], r["claimed_by"]) for r in rows]
+        return [DeadClaim(delivery_from_row(r, max_content_bytes), r["claimed_at"], r["claimed_by"], r["batch_id"])
+                for r in rows]
+
+    # -- batch sends: recorded before the request, so a rescuer can resend the identical batch ------
+
+    async def open_batch(self, transport: str, key: str, members: Sequence[Delivery]) -> int | None:
+        """Record a batch (members in request order) before its request; None when a member's claim
+        was lost meanwhile (then the batch must not be sent)."""
+        async with self._lock:
+            with translate_errors():
+                row = await self._conn.fetchrow(sql("open_batch"), transport, key, [d.id for d in members],
+                                                [d.claim_token for d in members])
+        return row["id"] if row["members"] == len(members) else None
+
+    async def batches(self, ids: Sequence[int]) -> dict[int, RecordedBatch]:
+        async with self._lock:
+            with translate_errors():
+                rows = await self._conn.fetch(sql("batches"), list(ids))
+        return {r["id"]: RecordedBatch(r["id"], r["transport"], r["idempotency_key"], tuple(r["member_ids"]),
+                                       r["sends"]) for r in rows}
+
+    async def batch_resent(self, batch_id: int) -> int:
+        """Count one more request of a recorded batch (before it is made); returns the requests so far."""
+        async with self._lock:
+            with translate_errors():
+                return int(await self._conn.fetchval(sql("batch_resent"), batch_id))
+
+    async def prune_batches(self, older_than_seconds: float) -> None:
+        async with self._lock:
+            with translate_errors():
+                await self._conn.execute(sql("prune_batches"), older_than_seconds)
 
 
 class Listener:

@@ -66,7 +66,8 @@ async def api(provider_server: ProviderServer) -> AsyncIterator[Callable[..., Ht
 
     def factory(kind: str = "resend", *, name: str | None = None, auth_pause_seconds: float = 300,
                 **settings: Any) -> HttpApiTransport:
-        values: dict[str, Any] = {"kind": kind, "timeout_seconds": 5}
+        # one request per email: this module is about single sends (batches: test_daemon_batches.py)
+        values: dict[str, Any] = {"kind": kind, "timeout_seconds": 5, "batch": False}
         if kind == "http":
             values["url"] = provider_server.hook_url
         else:
@@ -308,7 +309,7 @@ async def daemon(db_url: str, store: Store) -> AsyncIterator[Callable[..., Any]]
 
 def resend_settings(server: ProviderServer, **settings: Any) -> dict[str, Any]:
     values: dict[str, Any] = {"kind": "resend", "api_key": TOKEN, "base_url": server.base_url,
-                              "timeout_seconds": 2, "rate_per_second": 1000, "burst": 100}
+                              "timeout_seconds": 2, "rate_per_second": 1000, "burst": 100, "batch": False}
     values.update(settings)
     return values
 

@@ -151,7 +151,8 @@ async def test_a_rescuer_finds_a_dead_claim_through_the_queue(store: SqlStore, d
     try:
         assert await rescuer.find_dead_claims(60, 10) == [], "its lock is still held"
         await dead.close()
-        [(found, _, by)] = await rescuer.find_dead_claims(60, 10)
+        [dead_claim] = await rescuer.find_dead_claims(60, 10)
+        found, by = dead_claim.delivery, dead_claim.claimed_by
         assert (found.dedupe_key, found.claim_token, by) == ("dead1", claimed.claim_token, "dead-worker")
         assert found.subject == "hi"
     finally:

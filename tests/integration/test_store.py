@@ -172,8 +172,8 @@ async def test_closing_a_session_releases_its_locks(db_url: str, store: Store) -
             "UPDATE email_deliveries SET claimed_at = now() - interval '1 hour' WHERE id = $1", delivery.id
         )
         dead = await b.find_dead_claims(60, 10)
-        assert [d.id for d, _, _ in dead] == [delivery.id]
-        assert await b.record_outcomes([write_for(dead[0][0], Status.PENDING)]) == {delivery.id}
+        assert [c.delivery.id for c in dead] == [delivery.id]
+        assert await b.record_outcomes([write_for(dead[0].delivery, Status.PENDING)]) == {delivery.id}
     finally:
         await b.close()
     [row] = await store.status(["k1"])

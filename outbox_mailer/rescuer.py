@@ -1,0 +1,110 @@
+"""The rescuer: claims whose daemon is gone (or that a daemon gave up) are settled.
+
+Every ``rescue_interval_seconds`` it asks the claim session for rows left
+``sending`` longer than the rescue delay whose advisory lock nobody holds (each
+then locked by this session). A row that went out in a recorded batch is resent
+as that identical batch, under the same key, while the provider still absorbs a
+repeat; every other dead claim is an ambiguous outcome for the in-doubt policy
+(``Executor.rescued``). The writes go through the recorder, fenced on each
+row's claim token like any outcome.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+import anyio
+
+from .config import Settings
+from .delivery import Transport
+from .errors import DatabaseError
+from .executor import Executor
+from .inflight import InFlight
+from .recorder import Recorder
+from .sessions import DaemonSessions
+from .store import DeadClaim, RecordedBatch
+from .transports import resend_safe_until
+
+log = logging.getLogger("outbox_mailer")
+
+RESCUE_BATCH = 500  # room for a whole batch of any provider (Postmark: 500)
+MAX_BATCH_SENDS = 5  # requests of one recorded batch before its rows go through the in-doubt policy
+BATCH_RECORD_SECONDS = 2 * 86_400.0  # recorded batches no row points at are forgotten after this
+
+
+class Rescuer:
+    def __init__(self, settings: Settings, db: DaemonSessions, inflight: InFlight, executor: Executor,
+                 recorder: Recorder, transports: Mapping[str, Transport]) -> None:
+        self.settings = settings
+        self._db = db
+        self._inflight = inflight
+        self._executor = executor
+        self._recorder = recorder
+        self._transports = transports
+
+    async def run(self) -> None:
+        while True:
+            await anyio.sleep(self.settings.rescue_interval_seconds)
+            try:
+                await self.rescue_once()
+            except DatabaseError as exc:
+                log.warning("rescue skipped: %s", exc)
+
+    async def rescue_once(self) -> int:
+        """Settle claims of dead processes (or given up to a rescuer); returns how many.
+
+        A row sent in a recorded batch is resent as that identical batch under its
+        key, while every member was found and the provider still absorbs a repeat
+        (at most MAX_BATCH_SENDS requests); any other dead claim is ambiguous and
+        goes through the in-doubt policy.
+        """
+        session = await self._db.claim_session()
+        dead = await session.find_dead_claims(self.settings.effective_rescue_after_seconds, RESCUE_BATCH,
+                                              own=self._inflight.ids(), max_content_bytes=self.settings.max_message_bytes)
+        await session.prune_batches(BATCH_RECORD_SECONDS)
+        if not dead:
+            return 0
+        by_batch: dict[int, list[DeadClaim]] = {}
+        for claim in dead:
+            if claim.batch_id is not None:
+                by_batch.setdefault(claim.batch_id, []).append(claim)
+        recorded = await session.batches(list(by_batch)) if by_batch else {}
+        writes, resent = [], set()
+        for batch_id, claims in by_batch.items():
+            batch = recorded.get(batch_id)
+            if batch is None or not self._may_resend(batch, claims):
+                continue
+            members = sorted((c.delivery for c in claims), key=lambda d: batch.member_ids.index(d.id))
+            await session.batch_resent(batch.id)
+            log.warning("resending batch %d (%d emails) under its recorded key (request %d)", batch.id,
+                        len(members), batch.sends + 1)
+            try:
+                replayed = await self._executor.replay_batch(batch, members)
+            except Exception as exc:  # the rows stay for the next rescue
+                log.warning("resend of batch %d failed: %s", batch.id, exc)
+                replayed = None
+            resent |= {d.id for d in members}
+            if replayed is None:
+                await self._db.give_up([d.dedupe_key for d in members])
+            else:
+                writes += replayed
+        writes += [self._executor.rescued(c.delivery, c.claimed_at, c.claimed_by) for c in dead
+                   if c.delivery.id not in resent]
+        if writes:
+            log.warning("rescuing %d claims of stopped processes (policy %s)", len(writes), self.settings.in_doubt)
+            with anyio.CancelScope(shield=True):
+                await self._recorder.record(writes)
+        return len(writes)
+
+    def _may_resend(self, batch: RecordedBatch, claims: list[DeadClaim]) -> bool:
+        """The identical batch can go again: every member is here, the transport still batches, the
+        provider's key window holds for every member, and it has not been tried too often."""
+        transport = self._transports.get(batch.transport)
+        if transport is None or getattr(transport, "batch_limit", 0) < 2 or batch.sends >= MAX_BATCH_SENDS:
+            return False
+        if sorted(c.delivery.id for c in claims) != sorted(batch.member_ids):
+            return False
+        now = self._executor.clock()
+        window = transport.idempotency_window_seconds
+        return all((until := resend_safe_until(c.delivery, window)) is not None and until > now for c in claims)
