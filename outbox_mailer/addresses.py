@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import binascii
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 from email_validator import EmailNotValidError, validate_email
@@ -79,27 +79,36 @@ def find_control_character(text: str) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class ParsedAddress:
-    """One validated mailbox."""
+    """One validated mailbox, with the forms composition needs rendered once, when it is parsed
+    (and remembered with it: the configured sender's are rendered once per process)."""
 
     display_name: str  # may be empty; free text, not yet encoded
     local_part: str  # ASCII
     domain: str  # as written (Unicode for IDN), lower-cased by the validator
     ascii_domain: str  # punycode form
+    # ``local@ascii-domain``: the form for the envelope and the headers
+    addr_spec: str = field(init=False, repr=False, compare=False)
+    # ``Name <addr>`` (name quoted when it has specials) or the bare address; Unicode kept as is
+    display: str = field(init=False, repr=False, compare=False)
+    # the address as header words (:func:`address_words`)
+    header_words: tuple[str, ...] = field(init=False, repr=False, compare=False)
 
-    @property
-    def addr_spec(self) -> str:
-        """``local@ascii-domain``: the form for the envelope and the headers."""
-        return f"{self.local_part}@{self.ascii_domain}"
-
-    @property
-    def display(self) -> str:
-        """``Name <addr>`` (name quoted when it has specials) or the bare address; Unicode kept as is."""
-        if not self.display_name:
-            return self.addr_spec
+    def __post_init__(self) -> None:
+        addr_spec = f"{self.local_part}@{self.ascii_domain}"
         name = self.display_name
-        if _DISPLAY_SPECIALS.search(name):
-            name = '"' + name.replace("\\", "\\\\").replace('"', '\\"') + '"'
-        return f"{name} <{self.addr_spec}>"
+        if not name:
+            display, words = addr_spec, (addr_spec,)
+        else:
+            quoted = _DISPLAY_SPECIALS.search(name) is not None
+            display = f"{_quoted(name) if quoted else name} <{addr_spec}>"
+            words = (*_phrase_words(name), f"<{addr_spec}>")
+        object.__setattr__(self, "addr_spec", addr_spec)
+        object.__setattr__(self, "display", display)
+        object.__setattr__(self, "header_words", words)
+
+
+def _quoted(name: str) -> str:
+    return '"' + name.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def checked_text(value: object, field: str) -> str:
@@ -114,19 +123,20 @@ def checked_text(value: object, field: str) -> str:
 
 def parse_address(raw: object, field: str) -> ParsedAddress:
     """Parse and validate one address from field ``field`` of a row."""
-    raw = checked_text(raw, field)
-    if len(raw) > _PARSED_CACHE_CHARS:
-        return _parse_checked(raw, field)
-    try:
-        return _parsed(raw)
-    except CompositionError as exc:  # raised with no field name: give it ours
-        raise CompositionError(field, exc.reason) from exc.__cause__
+    if type(raw) is str and len(raw) <= _PARSED_CACHE_CHARS:
+        try:
+            return _parsed(raw)
+        except CompositionError as exc:  # raised with no field name: give it ours
+            raise CompositionError(field, exc.reason) from exc.__cause__
+    return _parse_checked(checked_text(raw, field), field)
 
 
 @lru_cache(maxsize=_PARSED_CACHE)
 def _parsed(raw: str) -> ParsedAddress:
-    """The result does not depend on the field, so it is remembered (failures are not)."""
-    return _parse_checked(raw, "")
+    """The result does not depend on the field, so it is remembered (failures are not).
+
+    ``raw`` need not have been checked for control characters: that is done here."""
+    return _parse_checked(checked_text(raw, ""), "")
 
 
 def _parse_checked(raw: str, field: str) -> ParsedAddress:
@@ -139,7 +149,18 @@ def parse_address_list(raw: object, field: str) -> tuple[ParsedAddress, ...]:
     """Parse a list of addresses; errors name the element as ``field[i]``."""
     if not isinstance(raw, (list, tuple)):
         raise CompositionError(field, f"expected a list of strings, got {type(raw).__name__}")
+    try:  # the element's field name is only needed for an error: made then, by the loop below
+        return tuple(map(_parse_unnamed, raw))
+    except CompositionError:
+        pass
     return tuple(parse_address(item, f"{field}[{i}]") for i, item in enumerate(raw))
+
+
+def _parse_unnamed(raw: object) -> ParsedAddress:
+    """parse_address() for a field named later (only an error needs its name)."""
+    if type(raw) is str and len(raw) <= _PARSED_CACHE_CHARS:
+        return _parsed(raw)
+    return _parse_checked(checked_text(raw, ""), "")
 
 
 def _split_display_name(text: str, field: str) -> tuple[str, str]:
@@ -276,15 +297,14 @@ def _checked_domain(domain: str) -> tuple[str, str, int] | None:
 
 
 def address_words(address: ParsedAddress) -> list[str]:
-    """The address as header words, to be joined by spaces (and folded between them)."""
-    if not address.display_name:
-        return [address.addr_spec]
-    return [*_phrase_words(address.display_name), f"<{address.addr_spec}>"]
+    """The address as header words, to be joined by spaces (and folded between them): the name
+    as one quoted string or as encoded words, then ``<addr-spec>``; the bare addr-spec alone."""
+    return list(address.header_words)
 
 
 def _phrase_words(name: str) -> list[str]:
     if name.isascii() and "=?" not in name and len(name) <= _MAX_QUOTED_NAME:
-        return ['"' + name.replace("\\", "\\\\").replace('"', '\\"') + '"']
+        return [_quoted(name)]
     return encoded_words(name, _PHRASE_WORD_BYTES)
 
 

@@ -47,6 +47,7 @@ from datetime import datetime
 from email.message import MIMEPart
 from email.parser import BytesParser
 from functools import lru_cache
+from operator import attrgetter
 
 from outbox_mailer import mime
 from outbox_mailer.addresses import (
@@ -77,6 +78,7 @@ _REFUSED_ATTACHMENT_TYPES = frozenset({"multipart", "message"})
 _ATTACHMENT_KEYS = frozenset({"filename", "content_type", "content_base64"})
 _MAX_FILENAME_CHARS = 255
 _DOMAIN = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?")
+_DISPLAY = attrgetter("display")
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +94,7 @@ def message_id_for(dedupe_key: str, domain: str, secret: bytes) -> str:
 
     The raw key never appears (it may leak data or hold illegal characters).
     """
-    if not _DOMAIN.fullmatch(domain):
+    if not _is_ascii_domain(domain):
         raise ValueError(f"not an ASCII domain name: {domain!r}")
     key = dedupe_key.encode("utf-8", "surrogatepass")
     if type(secret) is not bytes:  # not hashable, so not remembered by _hmac_pads
@@ -103,6 +105,11 @@ def message_id_for(dedupe_key: str, domain: str, secret: bytes) -> str:
     outer = outer_pad.copy()
     outer.update(inner.digest())
     return f"<{outer.hexdigest()[:32]}@{domain}>"
+
+
+@lru_cache(maxsize=64)  # the senders' domains: checked once each
+def _is_ascii_domain(domain: str) -> bool:
+    return _DOMAIN.fullmatch(domain) is not None
 
 
 @lru_cache(maxsize=4)
@@ -135,53 +142,55 @@ def compose(
     reply_to = None if delivery.reply_to is None else parse_address(delivery.reply_to, "reply_to")
     subject = checked_text(delivery.subject, "subject")
     custom = checked_custom_headers(delivery.headers)
-    text_body, html_body = _checked_bodies(delivery.text_body, delivery.html_body)
+    text_body, html_body = delivery.text_body, delivery.html_body
+    text_data, html_data = _checked_bodies(text_body, html_body)
     attachments = _checked_attachments(delivery.attachments, max_message_bytes)
 
+    # From here on every part is checked: rendering calls no validation.
     message_id = message_id_for(delivery.dedupe_key, sender.ascii_domain, message_id_secret)
     headers = [
-        ("Date", unstructured("Date", mime.format_date(now))),
-        ("From", address_header("From", [sender])),
-        ("To", address_header("To", to)),
+        unstructured("Date", mime.format_date(now)),
+        address_header("From", (sender,)),
+        address_header("To", to),
     ]
     if cc:
-        headers.append(("Cc", address_header("Cc", cc)))
+        headers.append(address_header("Cc", cc))
     if reply_to is not None:
-        headers.append(("Reply-To", address_header("Reply-To", [reply_to])))
-    headers.append(("Subject", unstructured("Subject", subject)))
-    headers.append(("Message-ID", unstructured("Message-ID", message_id)))
-    headers.extend((name, unstructured(name, value)) for name, value in custom)
-    headers.append(("MIME-Version", "MIME-Version: 1.0\r\n"))
+        headers.append(address_header("Reply-To", (reply_to,)))
+    headers.append(unstructured("Subject", subject))
+    headers.append(unstructured("Message-ID", message_id))
+    headers.extend(unstructured(name, value) for name, value in custom)
+    headers.append("MIME-Version: 1.0\r\n")
 
     body = mime.body(
-        text_body, html_body,
+        text_data, html_data,
         [(a.data, f"{a.maintype}/{a.subtype}", a.filename) for a in attachments],
         seed=message_id[1:33],
     )
-    data = "".join(folded for _, folded in headers).encode("ascii") + body
+    data = "".join(headers).encode("ascii") + body
     if len(data) > max_message_bytes:
         raise CompositionError(
             "message",
             f"composed message is {len(data)} bytes, over the limit of {max_message_bytes}",
         )
     fields = MessageFields(
-        from_address=sender.display,
-        to=tuple(a.display for a in to),
-        cc=tuple(a.display for a in cc),
-        bcc=tuple(a.display for a in bcc),
-        reply_to=None if reply_to is None else reply_to.display,
-        subject=subject,
-        text=text_body,
-        html=html_body,
-        headers=tuple(custom),
-        attachments=tuple(AttachmentFields(a.filename, f"{a.maintype}/{a.subtype}", a.data) for a in attachments),
+        sender.display,
+        tuple(map(_DISPLAY, to)),
+        tuple(map(_DISPLAY, cc)),
+        tuple(map(_DISPLAY, bcc)),
+        None if reply_to is None else reply_to.display,
+        subject,
+        text_body,
+        html_body,
+        tuple(custom),
+        tuple(AttachmentFields(a.filename, f"{a.maintype}/{a.subtype}", a.data) for a in attachments),
     )
     composed = ComposedMessage(
-        sender=sender.addr_spec,
-        recipients=_envelope_recipients((*to, *cc, *bcc), delivery.retry_recipients),
-        message_id=message_id,
-        data=data,
-        fields=fields,
+        sender.addr_spec,
+        _envelope_recipients(to, cc, bcc, delivery.retry_recipients),
+        message_id,
+        data,
+        fields,
     )
     if verify:
         check_composed(composed)
@@ -199,22 +208,27 @@ def _sender(from_address: str | None, default_from: str | None) -> ParsedAddress
     raise CompositionError("from_address", "no from_address and no default sender configured")
 
 
-def _checked_bodies(text: object, html: object) -> tuple[str | None, str | None]:
+def _checked_bodies(text: object, html: object) -> tuple[bytes | None, bytes | None]:
+    """The bodies as UTF-8 (what the MIME parts are made of), or CompositionError."""
     if text is None and html is None:
         raise CompositionError("text_body", "one of text_body or html_body is required")
-    for field, body in (("text_body", text), ("html_body", html)):
-        if body is None:
-            continue
-        if not isinstance(body, str):
-            raise CompositionError(field, f"expected a string, got {type(body).__name__}")
-        try:
-            body.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise CompositionError(field, f"not valid Unicode at position {exc.start}") from exc
-    return text, html  # type: ignore[return-value]
+    return _utf8(text, "text_body"), _utf8(html, "html_body")
+
+
+def _utf8(body: object, field: str) -> bytes | None:
+    if body is None:
+        return None
+    if not isinstance(body, str):
+        raise CompositionError(field, f"expected a string, got {type(body).__name__}")
+    try:
+        return body.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise CompositionError(field, f"not valid Unicode at position {exc.start}") from exc
 
 
 def _checked_attachments(attachments: object, max_message_bytes: int) -> list[_Attachment]:
+    if type(attachments) is list and not attachments:  # most rows
+        return []
     if not isinstance(attachments, (list, tuple)):
         raise CompositionError("attachments", f"expected a list, got {type(attachments).__name__}")
     checked = []
@@ -284,13 +298,16 @@ def _decoded_base64(text: str, field: str) -> bytes:
 
 
 def _envelope_recipients(
-    addresses: tuple[ParsedAddress, ...], only: tuple[str, ...] | None = None
+    to: tuple[ParsedAddress, ...], cc: tuple[ParsedAddress, ...], bcc: tuple[ParsedAddress, ...],
+    only: tuple[str, ...] | None = None,
 ) -> tuple[str, ...]:
     """Envelope recipients, deduplicated; ``only``: the ones an earlier attempt did not reach
     (the headers still name everyone: it is the same message)."""
+    if only is None and len(to) == 1 and not cc and not bcc:  # most rows
+        return (to[0].addr_spec,)
     seen: set[str] = set()
     recipients = []
-    for address in addresses:
+    for address in (*to, *cc, *bcc):
         key = address.addr_spec.lower()
         if key not in seen:
             seen.add(key)

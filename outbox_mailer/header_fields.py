@@ -18,7 +18,6 @@ from collections.abc import Sequence
 from outbox_mailer import mime
 from outbox_mailer.addresses import (
     ParsedAddress,
-    address_words,
     checked_text,
     encoded_words,
 )
@@ -152,10 +151,13 @@ def unstructured(name: str, value: str) -> str:
 
 
 def address_header(name: str, addresses: Sequence[ParsedAddress]) -> str:
+    """``Name: addr, addr``, folded between words; the words were rendered when each address was parsed."""
+    if len(addresses) == 1:
+        return mime.fold_header(name, addresses[0].header_words)
     words: list[str] = []
-    for index, address in enumerate(addresses):
-        tokens = address_words(address)
-        if index < len(addresses) - 1:
-            tokens[-1] += ","
-        words.extend(tokens)
+    for address in addresses[:-1]:
+        *rest, last = address.header_words
+        words += rest
+        words.append(last + ",")
+    words += addresses[-1].header_words
     return mime.fold_header(name, words)

@@ -53,14 +53,15 @@ _CONTINUATION_CHARS = 60  # of percent-encoded filename per header line
 
 
 def body(
-    text: str | None,
-    html: str | None,
+    text: str | bytes | None,
+    html: str | bytes | None,
     attachments: Sequence[tuple[bytes, str, str]],
     *,
     seed: str,
 ) -> bytes:
     """The root part: text/plain, text/html or multipart/alternative of both (text first),
-    inside multipart/mixed when there are attachments ``(data, type/subtype, filename)``."""
+    inside multipart/mixed when there are attachments ``(data, type/subtype, filename)``.
+    The bodies as text, or already as UTF-8."""
     if text is not None and html is not None:
         root = multipart("alternative", [text_part(text, "plain"), text_part(html, "html")], seed)
     elif text is not None:
@@ -73,9 +74,9 @@ def body(
     return multipart("mixed", [root, *(attachment_part(*a) for a in attachments)], seed)
 
 
-def text_part(body: str, subtype: str) -> bytes:
-    """A ``text/<subtype>; charset="utf-8"`` part: headers, blank line, encoded body."""
-    data = body.encode("utf-8")
+def text_part(body: str | bytes, subtype: str) -> bytes:
+    """A ``text/<subtype>; charset="utf-8"`` part: headers, blank line, encoded body (text, or its UTF-8)."""
+    data = body if type(body) is bytes else body.encode("utf-8")
     lines = data.splitlines()
     if (
         data.isascii()
@@ -130,7 +131,7 @@ def multipart(subtype: str, parts: Sequence[bytes], seed: str) -> bytes:
     ))
 
 
-def fold_header(name: str, words: list[str]) -> str:
+def fold_header(name: str, words: Sequence[str]) -> str:
     """``Name: words`` joined with single spaces, a line break before a word when a line gets long."""
     if words:  # one line when it all fits (a line only grows, so no break would be taken)
         line = f"{name}: {' '.join(words)}"
