@@ -34,10 +34,10 @@ def _instant(row: asyncpg.Record, field: str, *, infinity_is_none: bool = False)
     seconds = row[field]
     if seconds is None or (infinity_is_none and seconds == math.inf):
         return None
-    instant = instant_or_none(seconds)
-    if instant is None:
-        raise _Unreadable(f"{field}: timestamp out of range ({seconds:g} s from 1970)")
-    return instant
+    try:  # what instant_or_none() does, without its call: infinities and NaN raise here too
+        return datetime.fromtimestamp(seconds, UTC)
+    except (OverflowError, ValueError, OSError):
+        raise _Unreadable(f"{field}: timestamp out of range ({seconds:g} s from 1970)") from None
 
 
 def instant_or_none(seconds: float | None) -> datetime | None:
@@ -50,14 +50,23 @@ def instant_or_none(seconds: float | None) -> datetime | None:
         return None
 
 
+# What most rows hold (jsonb's text of an empty object or array): no parse needed. Each row
+# gets a value of its own, as json.loads would give it.
+_EMPTY_JSON = {"{}": dict, "[]": list}
+
+
 def _json(row: asyncpg.Record, field: str, kind: type) -> Any:
     text = row[field]
-    try:
-        value = json.loads(text)
-    except RecursionError:
-        raise _Unreadable(f"{field}: JSON nested too deeply to decode") from None
-    except ValueError as exc:  # a number too long to convert, invalid text
-        raise _Unreadable(f"{field}: JSON cannot be decoded: {exc}") from None
+    empty = _EMPTY_JSON.get(text) if type(text) is str else None
+    if empty is not None:
+        value = empty()
+    else:
+        try:
+            value = json.loads(text)
+        except RecursionError:
+            raise _Unreadable(f"{field}: JSON nested too deeply to decode") from None
+        except ValueError as exc:  # a number too long to convert, invalid text
+            raise _Unreadable(f"{field}: JSON cannot be decoded: {exc}") from None
     if not isinstance(value, kind):
         raise _Unreadable(f"{field}: expected a JSON {'object' if kind is dict else 'array'}")
     return value
@@ -65,7 +74,48 @@ def _json(row: asyncpg.Record, field: str, kind: type) -> Any:
 
 def delivery_from_row(row: asyncpg.Record, max_content_bytes: int) -> Delivery:
     """Decode one claimed row; a row that cannot be sent as read comes back with ``defect`` set."""
-    base = {
+    try:
+        scheduled_at = _instant(row, "scheduled_at")
+        expires_at = _instant(row, "expires_at", infinity_is_none=True)
+        created_at = _instant(row, "created_at")
+        first_attempt_at = _instant(row, "first_attempt_at")
+    except _Unreadable as exc:
+        return _defective(_base(row), str(exc))
+    retry = row["retry_recipients"]
+    retry_recipients = tuple(retry) if retry is not None else None
+    subject = row["subject"]
+    if subject is None:  # the claim left the content out: too large to load
+        return _defective(
+            {**_base(row), "scheduled_at": scheduled_at, "expires_at": expires_at, "created_at": created_at,
+             "first_attempt_at": first_attempt_at, "retry_recipients": retry_recipients},
+            f"content: {row['content_bytes']} bytes, over the limit of {max_content_bytes} "
+            "(max_message_bytes); not loaded",
+        )
+    try:
+        headers = _json(row, "headers", dict)
+        attachments = _json(row, "attachments", list)
+        metadata = _json(row, "metadata", dict)
+    except _Unreadable as exc:
+        return _defective(
+            {**_base(row), "scheduled_at": scheduled_at, "expires_at": expires_at, "created_at": created_at,
+             "first_attempt_at": first_attempt_at, "retry_recipients": retry_recipients},
+            str(exc),
+        )
+    return Delivery(
+        id=row["id"], dedupe_key=row["dedupe_key"], claim_token=row["claim_token"], attempts=row["attempts"],
+        max_attempts=row["max_attempts"], from_address=row["from_address"],
+        to_addresses=tuple(row["to_addresses"]), cc_addresses=tuple(row["cc_addresses"]),
+        bcc_addresses=tuple(row["bcc_addresses"]), reply_to=row["reply_to"], subject=subject,
+        text_body=row["text_body"], html_body=row["html_body"], headers=headers, attachments=attachments,
+        metadata=metadata, transport=row["transport"], priority=row["priority"], scheduled_at=scheduled_at,
+        expires_at=expires_at, created_at=created_at, first_attempt_at=first_attempt_at,
+        retry_recipients=retry_recipients,
+    )
+
+
+def _base(row: asyncpg.Record) -> dict[str, Any]:
+    """What a defective row keeps: what deciding its outcome needs."""
+    return {
         "id": row["id"],
         "dedupe_key": row["dedupe_key"],
         "claim_token": row["claim_token"],
@@ -74,41 +124,6 @@ def delivery_from_row(row: asyncpg.Record, max_content_bytes: int) -> Delivery:
         "transport": row["transport"],
         "priority": row["priority"],
     }
-    try:
-        times = {
-            "scheduled_at": _instant(row, "scheduled_at"),
-            "expires_at": _instant(row, "expires_at", infinity_is_none=True),
-            "created_at": _instant(row, "created_at"),
-            "first_attempt_at": _instant(row, "first_attempt_at"),
-        }
-    except _Unreadable as exc:
-        return _defective(base, str(exc))
-    base.update(times)
-    retry = row["retry_recipients"]
-    base["retry_recipients"] = tuple(retry) if retry is not None else None
-    if row["subject"] is None:  # the claim left the content out: too large to load
-        return _defective(base, f"content: {row['content_bytes']} bytes, over the limit of {max_content_bytes} "
-                                "(max_message_bytes); not loaded")
-    try:
-        content = {
-            "headers": _json(row, "headers", dict),
-            "attachments": _json(row, "attachments", list),
-            "metadata": _json(row, "metadata", dict),
-        }
-    except _Unreadable as exc:
-        return _defective(base, str(exc))
-    return Delivery(
-        **base,
-        **content,
-        from_address=row["from_address"],
-        to_addresses=tuple(row["to_addresses"]),
-        cc_addresses=tuple(row["cc_addresses"]),
-        bcc_addresses=tuple(row["bcc_addresses"]),
-        reply_to=row["reply_to"],
-        subject=row["subject"],
-        text_body=row["text_body"],
-        html_body=row["html_body"],
-    )
 
 
 def _defective(base: dict[str, Any], defect: str) -> Delivery:

@@ -41,6 +41,7 @@ def test_infinite_expiry_means_never() -> None:
     ("scheduled_at", float("inf")),
     ("expires_at", float("-inf")),
     ("created_at", 1e20),
+    ("first_attempt_at", float("nan")),
 ])
 def test_timestamps_out_of_range_name_the_field(field: str, value: float) -> None:
     d = delivery_from_row(record(**{field: value}), LIMIT)
