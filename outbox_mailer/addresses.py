@@ -18,12 +18,15 @@ Rules, and why:
 * The envelope is ASCII: IDN domains become punycode; a non-ASCII local
   part is refused because SMTPUTF8 is not supported yet.
 * An unquoted display name may not hold ``< > @ , ; : " \\`` (it would be
-  ambiguous); quote it to use them.  The name is kept as text and re-rendered
-  by the composer, never copied into a header verbatim.
+  ambiguous); quote it to use them.  The name is kept as text and re-rendered,
+  never copied into a header verbatim.
 
-:func:`address_words` renders a parsed address for a header: the name as one
-quoted string, or as RFC 2047 encoded words (:func:`encoded_words`) when it
-is non-ASCII, long, or contains ``=?``; the addr-spec always in ASCII.
+A :class:`ParsedAddress` is rendered once, when it is made, into the forms the
+composer uses (addr-spec, display form, header words), so composition reads
+them and calls nothing here again.  The header words (:func:`address_words`):
+the name as one quoted string, or as RFC 2047 encoded words
+(:func:`encoded_words`) when it is non-ASCII, long, or contains ``=?``; the
+addr-spec always in ASCII.
 :func:`find_control_character` is shared with the composer for every other
 header-bound string.
 """
