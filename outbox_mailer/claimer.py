@@ -74,6 +74,15 @@ class Claimer:
         now = anyio.current_time()
         return sum(lane.room for name, lane in self._lanes.items() if not self._gates[name].is_paused(now))
 
+    def _worthwhile_claim(self) -> int:
+        """The fewest rows worth a claim: while sends are in flight, a quarter of what the daemon can
+        hold (a claim costs PostgreSQL about as much for two rows as for twenty, and the rows waiting
+        at the lanes keep every connection busy meanwhile); with nothing in flight, one (pickup latency)."""
+        if not self._inflight.sending:
+            return 1
+        capacity = sum(lane.capacity for lane in self._lanes.values()) or self.settings.concurrency
+        return max(1, min(self.settings.concurrency, capacity, 4 * self.settings.batch_size) // 4)
+
     async def run(self) -> None:
         """Claim until stopped; then every later outcome is unlocked right after its write."""
         try:
@@ -87,7 +96,8 @@ class Claimer:
             await self._liveness.beat_or_wedge()
             # a send frees its slot when it returns; its outcome may still wait for the recorder
             free = min(self._inflight.room, self._lane_room())
-            if free <= 0:  # every slot busy, or every transport with room is paused
+            if free < self._worthwhile_claim():
+                # every slot busy, every transport with room paused, or too few slots free to be worth a claim
                 wait = min([*self._pauses_left(), self.settings.poll_interval_seconds, self._liveness.interval])
                 if self.paused():  # no claim may follow soon: unlock what is committed
                     async with self._db.idle():

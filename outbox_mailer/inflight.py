@@ -38,6 +38,11 @@ class InFlight:
         """Rows the claim loop may claim now."""
         return min(self.concurrency - self._sending, 2 * self.concurrency - len(self._held))
 
+    @property
+    def sending(self) -> int:
+        """Rows claimed whose send has not returned yet."""
+        return self._sending
+
     def ids(self) -> list[int]:
         return list(self._held)
 

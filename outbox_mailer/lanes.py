@@ -45,8 +45,12 @@ class Lane:
         (the executor refuses to start it if that ever comes near the rescue
         delay). The daemon's ``concurrency`` bounds the total.
         """
-        per_worker = max(QUEUE_PER_WORKER + 1, self.batch_limit)
-        return per_worker * self.workers - self._busy - len(self._queue)
+        return self.capacity - self._busy - len(self._queue)
+
+    @property
+    def capacity(self) -> int:
+        """Rows this lane holds at most (handled and waiting)."""
+        return max(QUEUE_PER_WORKER + 1, self.batch_limit) * self.workers
 
     def submit(self, delivery: Delivery) -> None:
         """Queue a claimed row and wake one idle worker (never waits)."""

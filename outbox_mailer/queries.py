@@ -36,7 +36,10 @@ def parse_queries(text: str) -> dict[str, Query]:
         if name in blocks:
             raise ValueError(f"query {name!r} is defined twice")
         blocks[name] = (kind, lines[0][3:].strip(), lines[1:])
-    fragments = {n: _statement(n, lines, {}) for n, (kind, _, lines) in blocks.items() if kind == "fragment"}
+    fragments: dict[str, str] = {}  # a fragment may include the fragments defined above it
+    for n, (kind, _, lines) in blocks.items():
+        if kind == "fragment":
+            fragments[n] = _statement(n, lines, fragments)
     return {n: Query(n, description, _statement(n, lines, fragments).rstrip(";"))
             for n, (kind, description, lines) in blocks.items() if kind == "name"}
 

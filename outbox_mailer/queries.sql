@@ -7,30 +7,59 @@
 -- Advisory locks: session level, 64-bit, the key of each row given by the SQL
 -- function outbox_mailer_lock_key(dedupe_key) (sql/0007_lock_key.sql).
 
+-- fragment: content_size
+-- The row d's content size: written by the insert trigger since schema 6 (schema 8 filled it for older rows), computed for a row written past the trigger.
+coalesce(d.content_bytes, octet_length(d.subject) + coalesce(octet_length(d.text_body), 0)
+         + coalesce(octet_length(d.html_body), 0) + octet_length(d.attachments::text))
+
+-- fragment: fits
+-- Whether the row d's content is within the daemon's limit lim.max_bytes.
+(
+    -- include: content_size
+) <= lim.max_bytes
+
 -- fragment: claimed_row
--- The columns of a claimed row, as store/rows.py decodes them; d is the row, s has its content_bytes and whether the content fits the daemon's limit. Timestamps as date_part's float8 epoch: extract() would compute a numeric first, a third of the claim's CPU.
+-- The columns of a claimed row, as store/rows.py decodes them; d is the row, lim.max_bytes the daemon's content limit (the content of a larger row is left out). Timestamps as date_part's float8 epoch: extract() would compute a numeric first, a third of the claim's CPU.
 d.id, d.dedupe_key, d.claim_token, d.attempts, d.max_attempts, d.transport, d.priority,
 date_part('epoch', d.scheduled_at) AS scheduled_at,
 date_part('epoch', d.expires_at) AS expires_at,
 date_part('epoch', d.created_at) AS created_at,
 date_part('epoch', d.first_attempt_at) AS first_attempt_at,
-s.content_bytes, d.retry_recipients,
-CASE WHEN s.fits THEN d.from_address END AS from_address,
-CASE WHEN s.fits THEN d.to_addresses END AS to_addresses,
-CASE WHEN s.fits THEN d.cc_addresses END AS cc_addresses,
-CASE WHEN s.fits THEN d.bcc_addresses END AS bcc_addresses,
-CASE WHEN s.fits THEN d.reply_to END AS reply_to,
-CASE WHEN s.fits THEN d.subject END AS subject,
-CASE WHEN s.fits THEN d.text_body END AS text_body,
-CASE WHEN s.fits THEN d.html_body END AS html_body,
-CASE WHEN s.fits THEN d.headers::text END AS headers,
-CASE WHEN s.fits THEN d.attachments::text END AS attachments,
-CASE WHEN s.fits THEN d.metadata::text END AS metadata
-
--- fragment: content_size
--- The row d's content size: written by the insert trigger since schema 6 (schema 8 filled it for older rows), computed for a row written past the trigger.
-coalesce(d.content_bytes, octet_length(d.subject) + coalesce(octet_length(d.text_body), 0)
-         + coalesce(octet_length(d.html_body), 0) + octet_length(d.attachments::text))
+-- include: content_size
+AS content_bytes, d.retry_recipients,
+CASE WHEN
+    -- include: fits
+    THEN d.from_address END AS from_address,
+CASE WHEN
+    -- include: fits
+    THEN d.to_addresses END AS to_addresses,
+CASE WHEN
+    -- include: fits
+    THEN d.cc_addresses END AS cc_addresses,
+CASE WHEN
+    -- include: fits
+    THEN d.bcc_addresses END AS bcc_addresses,
+CASE WHEN
+    -- include: fits
+    THEN d.reply_to END AS reply_to,
+CASE WHEN
+    -- include: fits
+    THEN d.subject END AS subject,
+CASE WHEN
+    -- include: fits
+    THEN d.text_body END AS text_body,
+CASE WHEN
+    -- include: fits
+    THEN d.html_body END AS html_body,
+CASE WHEN
+    -- include: fits
+    THEN d.headers::text END AS headers,
+CASE WHEN
+    -- include: fits
+    THEN d.attachments::text END AS attachments,
+CASE WHEN
+    -- include: fits
+    THEN d.metadata::text END AS metadata
 
 -- name: claim_due
 -- First release this session's advisory locks of keys $6 (outcomes committed earlier; a key held twice appears twice), then claim up to $1 due rows of email_queue for worker $3 with claim token $2, taking the per-key advisory lock of each; rows whose transport (null = $5) is in $4 (paused) are left alone. The queue row is marked claimed and the email_deliveries row becomes 'sending' (a HOT update: no index of email_deliveries covers a column this changes). The content of a row larger than $7 bytes is not returned (the daemon fails it unread); timestamps come as epoch seconds and JSON as text, so that no value can break the decoding of the whole batch.
@@ -40,9 +69,7 @@ WITH released AS (
     FROM unnest($6::text[]) AS k
 ), candidates AS (
     -- both rows locked: an operator's cancel of the same row waits, or is skipped, instead of deadlocking
-    SELECT q.delivery_id, q.lock_key,
-        -- include: content_size
-        AS content_bytes
+    SELECT q.delivery_id, q.lock_key
     FROM email_queue q JOIN email_deliveries d ON d.id = q.delivery_id
     WHERE q.claimed_at IS NULL AND q.scheduled_at <= now() AND d.status = 'pending'
       AND coalesce(q.transport, $5::text) <> ALL ($4::text[])
@@ -51,19 +78,21 @@ WITH released AS (
     LIMIT $1
     FOR NO KEY UPDATE OF q, d SKIP LOCKED
 ), locked AS (
-    SELECT delivery_id, content_bytes, content_bytes <= $7::bigint AS fits FROM candidates
-    WHERE pg_try_advisory_lock(lock_key)
+    SELECT delivery_id FROM candidates WHERE pg_try_advisory_lock(lock_key)
 ), queued AS (
-    UPDATE email_queue q SET claimed_at = now() FROM locked s WHERE q.delivery_id = s.delivery_id
+    -- = ANY(ARRAY(...)), not a join, here and below: the cached generic plan cannot know how few
+    -- rows come, and a join planned for a tenth of the queue scans all of it
+    UPDATE email_queue q SET claimed_at = now() WHERE q.delivery_id = ANY (ARRAY(SELECT delivery_id FROM locked))
+), claimed AS (
+    UPDATE email_deliveries d
+    SET status = 'sending', claim_token = $2, claimed_at = now(), claimed_by = $3,
+        attempts = d.attempts + 1, first_attempt_at = coalesce(d.first_attempt_at, now()), updated_at = now()
+    FROM (SELECT $7::bigint AS max_bytes) lim
+    WHERE d.id = ANY (ARRAY(SELECT delivery_id FROM locked))
+    RETURNING
+        -- include: claimed_row
 )
-UPDATE email_deliveries d
-SET status = 'sending', claim_token = $2, claimed_at = now(), claimed_by = $3,
-    attempts = d.attempts + 1, first_attempt_at = coalesce(d.first_attempt_at, now()), updated_at = now()
-FROM locked s
-WHERE d.id = s.delivery_id
-RETURNING
-    -- include: claimed_row
-;
+SELECT * FROM claimed ORDER BY priority DESC, scheduled_at, id;
 
 -- name: release_locks
 -- Release this session's advisory locks of the given dedupe keys (after their outcome committed).
@@ -104,10 +133,14 @@ WITH decided AS (
     RETURNING d.id, d.status, d.scheduled_at
 ), dequeued AS (
     -- settled rows leave the queue; a row to retry waits there again, with its new schedule
-    DELETE FROM email_queue q USING updated u WHERE q.delivery_id = u.id AND u.status <> 'pending'
+    -- (= ANY(ARRAY(...)) keeps both on the queue's primary key whatever the plan's row estimate)
+    DELETE FROM email_queue q
+    WHERE q.delivery_id = ANY (ARRAY(SELECT id FROM updated WHERE status <> 'pending'))
 ), requeued AS (
     UPDATE email_queue q SET claimed_at = NULL, scheduled_at = u.scheduled_at, batch_id = NULL
-    FROM updated u WHERE q.delivery_id = u.id AND u.status = 'pending'
+    FROM unnest(ARRAY(SELECT id FROM updated WHERE status = 'pending'),
+                ARRAY(SELECT scheduled_at FROM updated WHERE status = 'pending')) AS u(id, scheduled_at)
+    WHERE q.delivery_id = u.id
 ), attempt AS (
     INSERT INTO email_delivery_attempts
         (delivery_id, attempt, started_at, finished_at, outcome, reply_code, enhanced_code, error, transport, worker,
@@ -136,9 +169,7 @@ SELECT date_part('epoch', min(scheduled_at)) AS next_due_at FROM email_queue WHE
 -- name: find_dead_claims
 -- Claims (found through email_queue) older than $1 seconds whose advisory lock nobody holds, except this session's own rows $3 (session locks are re-entrant); locks each for this session. Columns as claim_due returns them (content left out above $4 bytes), with the claim and the batch the row was sent in (null: sent alone).
 WITH stale AS (
-    SELECT q.delivery_id, q.lock_key, q.batch_id,
-        -- include: content_size
-        AS content_bytes
+    SELECT q.delivery_id, q.lock_key
     FROM email_queue q JOIN email_deliveries d ON d.id = q.delivery_id
     WHERE q.claimed_at IS NOT NULL
       AND d.status = 'sending' AND d.claimed_at < now() - make_interval(secs => $1)
@@ -147,13 +178,14 @@ WITH stale AS (
     LIMIT $2
     FOR NO KEY UPDATE OF q, d SKIP LOCKED
 ), locked AS (
-    SELECT delivery_id, batch_id, content_bytes, content_bytes <= $4::bigint AS fits FROM stale
-    WHERE pg_try_advisory_lock(lock_key)
+    SELECT delivery_id FROM stale WHERE pg_try_advisory_lock(lock_key)
 )
 SELECT
     -- include: claimed_row
-    , d.claimed_at, d.claimed_by, s.batch_id
-FROM email_deliveries d JOIN locked s ON d.id = s.delivery_id;
+    , d.claimed_at, d.claimed_by,
+    (SELECT q.batch_id FROM email_queue q WHERE q.delivery_id = d.id) AS batch_id
+FROM email_deliveries d, (SELECT $4::bigint AS max_bytes) lim
+WHERE d.id = ANY (ARRAY(SELECT delivery_id FROM locked));
 
 -- name: open_batch
 -- Before a batch request: record batch transport $1, key $2, members $3 (request order) and point each member's queue row at it, fenced on each member's claim ($4 claim tokens). Returns the batch id and how many members were still ours.
@@ -323,7 +355,7 @@ WHERE created_at < now() - make_interval(secs => least($1, $2))
   AND status IN ('sent', 'failed', 'cancelled') AND updated_at < now() - make_interval(secs => least($1, $2));
 
 -- name: keep_queue
--- The claim session keeps email_queue itself (claim_due, record_outcomes): the trigger that mirrors other sessions' changes leaves its transitions alone.
+-- The claim session keeps email_queue itself (claim_due, record_outcomes): the trigger that mirrors other sessions' changes leaves its transitions alone. Its statements run on generic plans, planned once per session (a custom plan of the claim costs more to plan than to run); each reaches the rows it changes through a primary key (= ANY(...) where a join's row estimate could turn it into a scan).
 SELECT set_config('outbox_mailer.keeps_queue', 'on', false), set_config('plan_cache_mode', 'force_generic_plan', false);
 
 -- name: ensure_migrations_table

@@ -47,4 +47,4 @@ def test_both_claim_queries_return_the_columns_rows_py_decodes() -> None:
     from outbox_mailer.queries import sql
 
     for name in ("claim_due", "find_dead_claims"):
-        assert "AS metadata" in sql(name) and "s.content_bytes, d.retry_recipients" in sql(name)
+        assert "AS metadata" in sql(name) and "AS content_bytes, d.retry_recipients" in sql(name)

@@ -1,0 +1,85 @@
+"""Claims and outcome writes of a worthwhile size: each costs PostgreSQL about as much for two rows
+as for twenty, so under load the daemon claims and records several rows at a time."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import anyio
+import pytest
+
+from outbox_mailer.claimer import Claimer
+from outbox_mailer.config import Settings
+from outbox_mailer.inflight import InFlight
+from outbox_mailer.lanes import Lane
+from outbox_mailer.recorder import GATHER_OUTCOMES, GATHER_SECONDS, Recorder
+
+pytestmark = pytest.mark.anyio
+
+
+def rows(n: int, start: int = 0) -> list[SimpleNamespace]:
+    return [SimpleNamespace(id=start + i, dedupe_key=f"k{start + i}") for i in range(n)]
+
+
+def claimer(concurrency: int, lanes: dict[str, Lane], batch_size: int = 100) -> tuple[Claimer, InFlight]:
+    settings = Settings(database_url="postgresql://x@localhost/x", concurrency=concurrency, batch_size=batch_size)
+    inflight = InFlight(concurrency)
+    return Claimer(settings, None, inflight, None, {}, lanes, None, anyio.Event()), inflight  # type: ignore[arg-type]
+
+
+def test_an_idle_daemon_claims_a_single_row_at_once() -> None:
+    c, _ = claimer(32, {"smtp": Lane("smtp", 8)})
+    assert c._worthwhile_claim() == 1
+
+
+def test_a_busy_daemon_waits_for_a_quarter_of_what_it_holds() -> None:
+    c, inflight = claimer(32, {"smtp": Lane("smtp", 8)})
+    inflight.hold(rows(5), 0.0)  # type: ignore[arg-type]
+    assert c._worthwhile_claim() == 8
+
+
+def test_the_threshold_never_exceeds_what_the_lanes_can_take() -> None:
+    c, inflight = claimer(400, {"smtp": Lane("smtp", 1)})  # one connection: 4 rows at most
+    inflight.hold(rows(1), 0.0)  # type: ignore[arg-type]
+    assert c._worthwhile_claim() == 1, "a threshold above the lane's capacity would stall the claims"
+
+
+def test_a_batching_lane_holds_a_whole_batch_per_worker() -> None:
+    assert Lane("resend", 2, batch_limit=100).capacity == 200
+    assert Lane("smtp", 2).capacity == 8
+
+
+def recorder(sending: int) -> Recorder:
+    inflight = InFlight(64)
+    inflight.hold(rows(sending), 0.0)  # type: ignore[arg-type]
+    return Recorder(None, anyio.Event(), inflight)  # type: ignore[arg-type]  # no database used
+
+
+async def test_outcomes_arriving_while_sends_are_in_flight_share_one_write() -> None:
+    r = recorder(sending=5)
+
+    async def later() -> None:
+        await anyio.sleep(GATHER_SECONDS / 5)
+        for w in ("b", "c"):
+            r.submit(w)  # type: ignore[arg-type]
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(later)
+        assert await r._gather("a") == ["a", "b", "c"]  # type: ignore[arg-type]
+
+
+async def test_with_nothing_in_flight_an_outcome_is_written_at_once() -> None:
+    r = recorder(sending=0)
+    started = anyio.current_time()
+    assert await r._gather("a") == ["a"]  # type: ignore[arg-type]
+    assert anyio.current_time() - started < GATHER_SECONDS / 2
+
+
+async def test_gathering_stops_at_its_count_or_its_time() -> None:
+    r = recorder(sending=40)
+    for i in range(GATHER_OUTCOMES + 3):
+        r.submit(i)  # type: ignore[arg-type]
+    assert len(await r._gather("first")) == GATHER_OUTCOMES + 4, "what is ready is always taken"  # type: ignore[arg-type]
+    started = anyio.current_time()
+    assert await r._gather("alone") == ["alone"]  # type: ignore[arg-type]
+    assert GATHER_SECONDS * 0.8 <= anyio.current_time() - started < GATHER_SECONDS * 10
