@@ -10,15 +10,12 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import common
 from bench_db import Db
 from common import median
 from processes import log, run_worker
-
-if TYPE_CHECKING:  # annotations only: run.py imports this module
-    from run import Config, Results
+from run_config import Config, Results
 
 
 async def core_rep(db: Db, cfg: Config, prefix: str, rows: int, *, truncate: bool,

@@ -14,10 +14,10 @@ import common
 from common import BENCH_DIR, median
 from core_bench import pgq_rep
 from processes import PY, DaemonProcess, Daemons, SmtpSink, log, run_worker
+from run_config import Config, Results
 
-if TYPE_CHECKING:  # annotations only: run.py imports this module
+if TYPE_CHECKING:  # annotations only
     from bench_db import Db
-    from run import Config, Results
 
 
 def sized(rate: float, cfg: Config, low: int, high: int) -> int:
