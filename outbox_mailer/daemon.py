@@ -50,8 +50,8 @@ from .liveness import Liveness
 from .migrations import expected_schema_version
 from .ratelimit import TokenBucket
 from .recorder import Recorder
-from .retention import prune_periodically
 from .rescuer import Rescuer
+from .retention import prune_periodically
 from .sessions import DaemonSessions
 from .store import Store
 from .systemd import SystemdNotifier

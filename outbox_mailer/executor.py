@@ -41,7 +41,16 @@ from .clock import utc_now
 from .compose import compose
 from .config import Settings
 from .decide import RetryPolicy, decide
-from .delivery import BatchOutcome, Cause, ComposedMessage, Delivery, Outcome, OutcomeKind, SendSingly, Transport
+from .delivery import (
+    BatchOutcome,
+    Cause,
+    ComposedMessage,
+    Delivery,
+    Outcome,
+    OutcomeKind,
+    SendSingly,
+    Transport,
+)
 from .errors import CompositionError, DatabaseError
 from .gate import TransportGate
 from .inflight import InFlight

@@ -12,7 +12,15 @@ from __future__ import annotations
 
 import time
 
-from tests.e2e.chaos import Fleet, daemon_env, fleet, insert_rows, sql, status_counts, wait_until  # noqa: F401
+from tests.e2e.chaos import (  # noqa: F401
+    Fleet,
+    daemon_env,
+    fleet,
+    insert_rows,
+    sql,
+    status_counts,
+    wait_until,
+)
 from tests.provider_server import ProviderServer
 
 ROWS = 60

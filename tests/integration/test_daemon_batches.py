@@ -28,13 +28,6 @@ pytestmark = pytest.mark.anyio
 
 
 @pytest.fixture
-async def store(db_url: str) -> AsyncIterator[SqlStore]:
-    s = await SqlStore.open(db_url)
-    yield s
-    await s.close()
-
-
-@pytest.fixture
 async def resend(db_url: str) -> AsyncIterator[Callable[..., Any]]:
     """resend(server, batch=True, **settings) -> a running daemon whose default transport is Resend."""
     running: list[tuple[Daemon, Any, HttpApiTransport]] = []

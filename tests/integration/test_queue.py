@@ -25,13 +25,6 @@ FAT_BODY = "Thank you for your order. " * 30
 FAT_HTML = "<p>Thank you for your <b>order</b>.</p>" * 25
 
 
-@pytest.fixture
-async def store(db_url: str):  # type: ignore[no-untyped-def]
-    s = await SqlStore.open(db_url)
-    yield s
-    await s.close()
-
-
 def _set_columns(statement: str) -> set[str]:
     """Columns assigned by every `UPDATE email_deliveries ... SET` in a statement."""
     columns: set[str] = set()
