@@ -25,6 +25,7 @@ older than the rescue delay.
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import random
@@ -142,6 +143,7 @@ class Daemon:
             log.info("started worker=%s concurrency=%d batch=%d", self.worker, self.settings.concurrency,
                      self.settings.batch_size)
             self.notifier.ready(self.liveness.status())
+            gc.freeze()  # what start-up built lives as long as the daemon: the collector need not scan it again
             async with anyio.create_task_group() as outer:
                 if handle_signals:
                     outer.start_soon(self._watch_signals)

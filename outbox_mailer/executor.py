@@ -116,6 +116,7 @@ class Executor:
             default_max_attempts=settings.max_attempts,
             in_doubt=settings.in_doubt,
         )
+        self._rescue_after = settings.effective_rescue_after_seconds  # derived from every transport: once
         secret = settings.message_id_secret
         self._message_id_secret = secret.get_secret_value().encode() if secret else DEFAULT_MESSAGE_ID_SECRET
 
@@ -310,8 +311,7 @@ class Executor:
         age = self._inflight.claim_age(delivery)
         if age is None:
             return False
-        limit = self.settings.effective_rescue_after_seconds
-        return age + transport.send_timeout_seconds + START_MARGIN_SECONDS < limit
+        return age + transport.send_timeout_seconds + START_MARGIN_SECONDS < self._rescue_after
 
     def _finish(self, delivery: Delivery, name: str, started: datetime, outcome: Outcome) -> None:
         """Decide, and hand the write to the recorder (never waits: nothing can cancel the hand-over)."""
