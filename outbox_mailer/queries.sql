@@ -67,21 +67,28 @@ WITH released AS (
     -- referenced below as a one-time filter, so it runs once, before any row is locked
     SELECT count(*) FILTER (WHERE pg_advisory_unlock(outbox_mailer_lock_key(k))) AS n
     FROM unnest($6::text[]) AS k
-), candidates AS (
-    -- both rows locked: an operator's cancel of the same row waits, or is skipped, instead of deadlocking
-    SELECT q.delivery_id, q.lock_key
-    FROM email_queue q JOIN email_deliveries d ON d.id = q.delivery_id
-    WHERE q.claimed_at IS NULL AND q.scheduled_at <= now() AND d.status = 'pending'
+), waiting AS (
+    -- the queue alone, in its index's order: however stale the statistics (a backlog just
+    -- inserted, not analyzed yet), this walks the index and stops after $1 rows
+    SELECT q.delivery_id
+    FROM email_queue q
+    WHERE q.claimed_at IS NULL AND q.scheduled_at <= now()
       AND coalesce(q.transport, $5::text) <> ALL ($4::text[])
       AND (SELECT n FROM released) >= 0
     ORDER BY q.priority DESC, q.scheduled_at, q.delivery_id
     LIMIT $1
-    FOR NO KEY UPDATE OF q, d SKIP LOCKED
+    FOR NO KEY UPDATE SKIP LOCKED
+), candidates AS (
+    -- the email_deliveries rows locked too: an operator's cancel of the same row waits, or is
+    -- skipped, instead of deadlocking; = ANY(ARRAY(...)) rather than a join, here and below, so
+    -- that no row estimate can plan a scan of the table
+    SELECT d.id AS delivery_id, outbox_mailer_lock_key(d.dedupe_key) AS lock_key
+    FROM email_deliveries d
+    WHERE d.id = ANY (ARRAY(SELECT delivery_id FROM waiting)) AND d.status = 'pending'
+    FOR NO KEY UPDATE OF d SKIP LOCKED
 ), locked AS (
     SELECT delivery_id FROM candidates WHERE pg_try_advisory_lock(lock_key)
 ), queued AS (
-    -- = ANY(ARRAY(...)), not a join, here and below: the cached generic plan cannot know how few
-    -- rows come, and a join planned for a tenth of the queue scans all of it
     UPDATE email_queue q SET claimed_at = now() WHERE q.delivery_id = ANY (ARRAY(SELECT delivery_id FROM locked))
 ), claimed AS (
     UPDATE email_deliveries d
@@ -169,14 +176,14 @@ SELECT date_part('epoch', min(scheduled_at)) AS next_due_at FROM email_queue WHE
 -- name: find_dead_claims
 -- Claims (found through email_queue) older than $1 seconds whose advisory lock nobody holds, except this session's own rows $3 (session locks are re-entrant); locks each for this session. Columns as claim_due returns them (content left out above $4 bytes), with the claim and the batch the row was sent in (null: sent alone).
 WITH stale AS (
-    SELECT q.delivery_id, q.lock_key
-    FROM email_queue q JOIN email_deliveries d ON d.id = q.delivery_id
-    WHERE q.claimed_at IS NOT NULL
+    SELECT d.id AS delivery_id, outbox_mailer_lock_key(d.dedupe_key) AS lock_key
+    FROM email_deliveries d
+    WHERE d.id = ANY (ARRAY(SELECT q.delivery_id FROM email_queue q WHERE q.claimed_at IS NOT NULL))
       AND d.status = 'sending' AND d.claimed_at < now() - make_interval(secs => $1)
-      AND q.delivery_id <> ALL ($3::bigint[])
+      AND d.id <> ALL ($3::bigint[])
     ORDER BY d.claimed_at
     LIMIT $2
-    FOR NO KEY UPDATE OF q, d SKIP LOCKED
+    FOR NO KEY UPDATE OF d SKIP LOCKED
 ), locked AS (
     SELECT delivery_id FROM stale WHERE pg_try_advisory_lock(lock_key)
 )
@@ -355,8 +362,8 @@ WHERE created_at < now() - make_interval(secs => least($1, $2))
   AND status IN ('sent', 'failed', 'cancelled') AND updated_at < now() - make_interval(secs => least($1, $2));
 
 -- name: keep_queue
--- The claim session keeps email_queue itself (claim_due, record_outcomes): the trigger that mirrors other sessions' changes leaves its transitions alone. Its statements run on generic plans, planned once per session (a custom plan of the claim costs more to plan than to run); each reaches the rows it changes through a primary key (= ANY(...) where a join's row estimate could turn it into a scan).
-SELECT set_config('outbox_mailer.keeps_queue', 'on', false), set_config('plan_cache_mode', 'force_generic_plan', false);
+-- The claim session keeps email_queue itself (claim_due, record_outcomes): the trigger that mirrors other sessions' changes leaves its transitions alone. Its statements reach the rows they change through a primary key (= ANY(...) where a join's row estimate could turn it into a scan). Plans stay PostgreSQL's choice (custom for the claim, whose LIMIT a generic plan cannot see): a generic plan made while the queue was empty scanned it whole once it held 200,000 rows.
+SELECT set_config('outbox_mailer.keeps_queue', 'on', false);
 
 -- name: ensure_migrations_table
 -- The migration runner's own bookkeeping.

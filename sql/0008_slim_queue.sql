@@ -9,7 +9,7 @@
 -- After:
 -- 1. email_queue, a slim table of the rows the daemons still have to settle
 --    (pending and sending), holds what the claim and the rescuer search on:
---    priority, scheduled_at, transport, the lock key and claimed_at. Its
+--    priority, scheduled_at, transport and claimed_at. Its
 --    indexes are small and cheap to change. An application's INSERT fills it
 --    (the insert trigger, same transaction); the daemon's own statements keep
 --    it (queries.sql: claim_due, record_outcomes); any other change of status
@@ -41,7 +41,6 @@
 
 CREATE TABLE email_queue (
     delivery_id  bigint      PRIMARY KEY REFERENCES email_deliveries (id) ON DELETE CASCADE,
-    lock_key     bigint      NOT NULL,  -- outbox_mailer_lock_key(dedupe_key)
     priority     smallint    NOT NULL,
     scheduled_at timestamptz NOT NULL,
     transport    text,
@@ -237,8 +236,8 @@ CREATE INDEX email_deliveries_unscrubbed_idx ON email_deliveries (created_at) WH
 CREATE OR REPLACE FUNCTION email_deliveries_notify() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
 BEGIN
-    INSERT INTO email_queue (delivery_id, lock_key, priority, scheduled_at, transport)
-    SELECT id, outbox_mailer_lock_key(dedupe_key), priority, scheduled_at, transport
+    INSERT INTO email_queue (delivery_id, priority, scheduled_at, transport)
+    SELECT id, priority, scheduled_at, transport
     FROM new_rows WHERE status = 'pending';
     IF EXISTS (SELECT 1 FROM new_rows WHERE status = 'pending' AND scheduled_at <= now()) THEN
         PERFORM pg_notify('outbox_mailer', '');
@@ -259,11 +258,11 @@ CREATE FUNCTION email_deliveries_sync_queue() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
 BEGIN
     IF NEW.status IN ('pending', 'sending') THEN
-        INSERT INTO email_queue (delivery_id, lock_key, priority, scheduled_at, transport, claimed_at)
-        VALUES (NEW.id, outbox_mailer_lock_key(NEW.dedupe_key), NEW.priority, NEW.scheduled_at, NEW.transport,
+        INSERT INTO email_queue (delivery_id, priority, scheduled_at, transport, claimed_at)
+        VALUES (NEW.id, NEW.priority, NEW.scheduled_at, NEW.transport,
                 CASE WHEN NEW.status = 'sending' THEN NEW.claimed_at END)
         ON CONFLICT (delivery_id) DO UPDATE
-            SET lock_key = EXCLUDED.lock_key, priority = EXCLUDED.priority, scheduled_at = EXCLUDED.scheduled_at,
+            SET priority = EXCLUDED.priority, scheduled_at = EXCLUDED.scheduled_at,
                 transport = EXCLUDED.transport, claimed_at = EXCLUDED.claimed_at, batch_id = NULL;
     ELSE
         DELETE FROM email_queue WHERE delivery_id = NEW.id;
@@ -290,8 +289,8 @@ CREATE TRIGGER email_deliveries_notify_requeue
 
 -- ---------------------------------------------------------------- rows in flight now
 
-INSERT INTO email_queue (delivery_id, lock_key, priority, scheduled_at, transport, claimed_at)
-SELECT id, outbox_mailer_lock_key(dedupe_key), priority, scheduled_at, transport,
+INSERT INTO email_queue (delivery_id, priority, scheduled_at, transport, claimed_at)
+SELECT id, priority, scheduled_at, transport,
        CASE WHEN status = 'sending' THEN claimed_at END
 FROM email_deliveries
 WHERE status IN ('pending', 'sending');

@@ -34,8 +34,7 @@ def _set_columns(statement: str) -> set[str]:
 
 
 async def _queue(store: SqlStore) -> dict[str, dict[str, object]]:
-    rows = await store.fetch("SELECT d.dedupe_key, q.claimed_at, q.scheduled_at, q.priority, q.transport, "
-                             "q.lock_key = outbox_mailer_lock_key(d.dedupe_key) AS key_ok "
+    rows = await store.fetch("SELECT d.dedupe_key, q.claimed_at, q.scheduled_at, q.priority, q.transport "
                              "FROM email_queue q JOIN email_deliveries d ON d.id = q.delivery_id")
     return {r["dedupe_key"]: r for r in rows}
 
@@ -87,7 +86,7 @@ async def test_the_queue_holds_pending_rows_and_follows_the_daemon(store: SqlSto
                         "sent_at) VALUES ('imported', ARRAY['a@example.com'], 's', 'b', 'sent', now())")
     queue = await _queue(store)
     assert set(queue) == {"q1", "q2", "q3", "q4"}, "a row inserted as sent is not queued"
-    assert all(r["key_ok"] and r["claimed_at"] is None for r in queue.values())
+    assert all(r["claimed_at"] is None for r in queue.values())
     session = await ClaimSession.open(db_url)
     try:
         batch = {d.dedupe_key: d for d in await session.claim_due(4, "w")}
