@@ -9,7 +9,6 @@ Postmark: an ``ErrorCode`` per member; no key, so a 5xx is ambiguous without a s
 
 from __future__ import annotations
 
-import socket
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -25,17 +24,12 @@ from outbox_mailer.config import ApiTransportSettings
 from outbox_mailer.delivery import BatchOutcome, Cause, ComposedMessage, Delivery, SendSingly
 from outbox_mailer.transports.api.http import HttpApiTransport
 from outbox_mailer.transports.seam import batch_idempotency_key
+from tests.integration.test_http_transports import free_port
 from tests.provider_server import KEY_HEADER, ProviderServer, provider_server  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.anyio
 
 TOKEN = "test"  # what the provider server accepts
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def make_delivery(key: str, to: str | None = None, **overrides: Any) -> Delivery:
