@@ -90,11 +90,7 @@ async def measure_api(db, cfg, res, workdir: Path, smtp_port: int) -> None:  # n
         try:
             r = await api_window(db, cfg, workdir, smtp_port, batch)
         except Exception as exc:  # noqa: BLE001 - a broken window must not cost the run its other figures
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            log(f"  {'batched' if batch else 'singly'}: failed: {first}")
-            res.notes.append(f"API ({'batched' if batch else 'singly'}) not measured: {first} (logs: --keep)")
-            if db.conn.is_in_transaction():
-                await db.conn.execute("ROLLBACK")
+            await db.part_failed(res, f"API ({'batched' if batch else 'singly'})", exc)
             continue
         figures["batch" if batch else "single"] = r
         if r.get("rate") is not None:

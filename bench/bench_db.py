@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import common
+from processes import log
 
 
 class Db:
@@ -20,6 +21,15 @@ class Db:
         self.url = url
         self.conn = None
         self._backend_pid: int | None = None
+
+    async def part_failed(self, results, what: str, exc: Exception) -> None:  # noqa: ANN001
+        """One broken measurement becomes a note on the results, not the end of the run; a transaction
+        it left open is rolled back so the next measurement starts clean."""
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        log(f"  {what}: failed: {first}")
+        results.notes.append(f"{what} not measured: {first} (logs: --keep)")
+        if self.conn.is_in_transaction():
+            await self.conn.execute("ROLLBACK")
 
     async def open(self) -> None:
         import asyncpg

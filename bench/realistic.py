@@ -131,11 +131,7 @@ async def measure_realistic(db, cfg, res, workdir: Path) -> None:  # noqa: ANN00
         try:
             rounds = await measure_case(db, cfg, case, rows, workdir)
         except Exception as exc:  # noqa: BLE001 - one broken case must not cost the run its other figures
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            log(f"  failed: {first}")
-            res.notes.append(f"realistic ({case.key}) not measured: {first} (logs: --keep)")
-            if db.conn.is_in_transaction():
-                await db.conn.execute("ROLLBACK")
+            await db.part_failed(res, f"realistic ({case.key})", exc)
             continue
         fig: dict[str, object] = {k: median([r[k] for r in rounds]) for k in rounds[0] if k != "checkpoints"}
         fig.update(rows=rows, rounds=rounds, checkpoints=sum(r["checkpoints"] for r in rounds))
