@@ -71,8 +71,9 @@ class BatchLedger(Protocol):
     async def open_batch(self, transport: str, key: str, members: Sequence[Delivery]) -> int | None:
         """The batch's id; None when a member's claim was lost. Raises DatabaseError."""
 
-    async def give_up(self, keys: Sequence[str]) -> None:
-        """Unlock claims left 'sending' for a rescuer."""
+    async def give_up(self, members: Sequence[Delivery],
+                      attempts: Sequence[tuple[Delivery, AttemptRecord]] = ()) -> None:
+        """Write the attempts made, and unlock claims left 'sending' for a rescuer."""
 
 
 # Answers to a resent batch that settle nothing: the identical batch goes again at the next rescue.
@@ -162,13 +163,17 @@ class Executor:
         self._finish(delivery, self.transport_of(delivery), self.clock(),
                      Outcome.held_back("not started before shutdown"))
 
-    def rescued(self, delivery: Delivery, claimed_at: datetime, claimed_by: str) -> OutcomeWrite:
-        """The write for a claim whose process died: its outcome is unknown."""
+    def rescued(self, delivery: Delivery, claimed_at: datetime, claimed_by: str, *,
+                batched: bool = False) -> OutcomeWrite:
+        """The write for a claim whose process died: its outcome is unknown. A row that went out in a
+        batch is never safe to resend under its own key (the provider knows it by the batch's key):
+        it goes through the in-doubt policy."""
         transport = self.transports.get(self.transport_of(delivery))
+        window = None if batched else getattr(transport, "idempotency_window_seconds", None)
         outcome = Outcome.ambiguous(
             f"claimed by {claimed_by} at {claimed_at.isoformat()}; that process stopped before recording "
             "the outcome",
-            resend_safe_until=resend_safe_until(delivery, getattr(transport, "idempotency_window_seconds", None)),
+            resend_safe_until=resend_safe_until(delivery, window),
         )
         now = self.clock()
         transition = decide(delivery, outcome, now, self.policy, self._rng.random())
@@ -212,7 +217,7 @@ class Executor:
             log.exception("unexpected error sending a batch of %d", len(members))
             results = [Outcome.permanent(f"internal error: {type(exc).__name__}: {exc}")] * len(members)
         if any(resend_whole(r, self.clock()) for r in results):
-            await self._give_up(members, results)
+            await self._give_up(name, members, results, started)
             return
         for delivery, message, result in zip(members, messages, results, strict=True):
             if isinstance(result, SendSingly):
@@ -237,15 +242,23 @@ class Executor:
             return [Outcome.held_back("a member's claim was lost before the batch request")] * len(members)
         return await transport.send_batch(messages, members, key)  # type: ignore[attr-defined]
 
-    async def _give_up(self, members: list[Delivery], results: Sequence[BatchOutcome]) -> None:
-        """An ambiguous answer: the rows stay 'sending' and unlocked, so a rescuer resends the identical
-        batch under its recorded key once the rescue delay has passed."""
+    async def _give_up(self, name: str, members: list[Delivery], results: Sequence[BatchOutcome],
+                       started: datetime) -> None:
+        """An ambiguous answer: each member's attempt is written as ambiguous, the rows stay 'sending'
+        and unlocked, so a rescuer resends the identical batch under its recorded key once the rescue
+        delay has passed."""
         reason = next(r.error for r in results if isinstance(r, Outcome) and r.cause is Cause.AMBIGUOUS)
         log.warning("batch of %d left for a rescuer to resend under the same key: %s", len(members), reason)
-        for delivery in members:
+        finished = max(self.clock(), started)
+        attempts = []
+        for delivery, result in zip(members, results, strict=True):
+            outcome = result if isinstance(result, Outcome) else Outcome.ambiguous(reason)
+            attempts.append((delivery, AttemptRecord(delivery.attempts, started, finished, OutcomeKind.AMBIGUOUS,
+                                                     outcome.reply_code, outcome.enhanced_code, outcome.error, name,
+                                                     self.worker)))
             self._inflight.abandon(delivery)
         if self._ledger is not None:
-            await self._ledger.give_up([d.dedupe_key for d in members])
+            await self._ledger.give_up(members, attempts)
 
     async def replay_batch(self, batch: RecordedBatch, members: Sequence[Delivery]) -> list[OutcomeWrite] | None:
         """The rescuer's resend of a recorded batch: the identical members (in request order) under the

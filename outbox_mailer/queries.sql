@@ -162,6 +162,15 @@ WITH decided AS (
 )
 SELECT id FROM updated;
 
+-- name: record_attempts
+-- Write attempts of rows that stay as they are (a batch given up to a rescuer after an ambiguous answer); the rows' outcome is written when they are settled.
+INSERT INTO email_delivery_attempts
+    (delivery_id, attempt, started_at, finished_at, outcome, reply_code, enhanced_code, error, transport, worker)
+SELECT *
+FROM unnest($1::bigint[], $2::integer[], $3::timestamptz[], $4::timestamptz[], $5::text[], $6::smallint[],
+            $7::text[], $8::text[], $9::text[], $10::text[])
+ON CONFLICT (delivery_id, attempt, started_at) DO NOTHING;
+
 -- name: attempts_recorded
 -- Which of these attempts (delivery id, attempt, start) are already written: after a lost COMMIT reply, they were ours.
 SELECT a.delivery_id

@@ -29,7 +29,6 @@ from .transports import resend_safe_until
 log = logging.getLogger("outbox_mailer")
 
 RESCUE_BATCH = 500  # room for a whole batch of any provider (Postmark: 500)
-MAX_BATCH_SENDS = 5  # requests of one recorded batch before its rows go through the in-doubt policy
 BATCH_RECORD_SECONDS = 2 * 86_400.0  # recorded batches no row points at are forgotten after this
 
 
@@ -56,7 +55,9 @@ class Rescuer:
 
         A row sent in a recorded batch is resent as that identical batch under its
         key, while every member was found and the provider still absorbs a repeat
-        (at most MAX_BATCH_SENDS requests); any other dead claim is ambiguous and
+        (a resend under the same key is absorbed, so it goes again at every rescue until the window
+        closes); past the window, a batch's rows go through the in-doubt policy, never resent under
+        their own keys as if safe; any other dead claim is ambiguous and
         goes through the in-doubt policy.
         """
         session = await self._db.claim_session()
@@ -86,10 +87,11 @@ class Rescuer:
                 replayed = None
             resent |= {d.id for d in members}
             if replayed is None:
-                await self._db.give_up([d.dedupe_key for d in members])
+                await self._db.give_up(members)
             else:
                 writes += replayed
-        writes += [self._executor.rescued(c.delivery, c.claimed_at, c.claimed_by) for c in dead
+        writes += [self._executor.rescued(c.delivery, c.claimed_at, c.claimed_by, batched=c.batch_id is not None)
+                   for c in dead
                    if c.delivery.id not in resent]
         if writes:
             log.warning("rescuing %d claims of stopped processes (policy %s)", len(writes), self.settings.in_doubt)
@@ -99,9 +101,9 @@ class Rescuer:
 
     def _may_resend(self, batch: RecordedBatch, claims: list[DeadClaim]) -> bool:
         """The identical batch can go again: every member is here, the transport still batches, the
-        provider's key window holds for every member, and it has not been tried too often."""
+        provider's key window holds for every member."""
         transport = self._transports.get(batch.transport)
-        if transport is None or getattr(transport, "batch_limit", 0) < 2 or batch.sends >= MAX_BATCH_SENDS:
+        if transport is None or getattr(transport, "batch_limit", 0) < 2:
             return False
         if sorted(c.delivery.id for c in claims) != sorted(batch.member_ids):
             return False

@@ -19,7 +19,7 @@ import anyio
 
 from .delivery import Delivery
 from .errors import DatabaseError, DatabaseUnavailable
-from .store import ClaimSession, Listener
+from .store import AttemptRecord, ClaimSession, Listener
 
 log = logging.getLogger("outbox_mailer")
 
@@ -113,10 +113,14 @@ class DaemonSessions:
             await self.failed(exc)
             raise
 
-    async def give_up(self, keys: Sequence[str]) -> None:
-        """Unlock claims given up to a rescuer (rows left 'sending', no outcome written)."""
+    async def give_up(self, members: Sequence[Delivery],
+                      attempts: Sequence[tuple[Delivery, AttemptRecord]] = ()) -> None:
+        """Claims given up to a rescuer (rows left 'sending', no outcome written): write the attempts
+        that were made, then unlock the rows."""
         try:
-            await (await self.claim_session()).release_locks(keys)
+            session = await self.claim_session()
+            await session.record_attempts(attempts)
+            await session.release_locks([d.dedupe_key for d in members])
         except DatabaseError as exc:
             await self.failed(exc)  # closing the session released them
 

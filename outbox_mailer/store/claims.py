@@ -248,6 +248,19 @@ class ClaimSession:
                                                 [d.claim_token for d in members])
         return row["id"] if row["members"] == len(members) else None
 
+    async def record_attempts(self, attempts: Sequence[tuple[Delivery, AttemptRecord]]) -> None:
+        """Write attempts without changing their rows (a batch given up to a rescuer)."""
+        if not attempts:
+            return
+        a = [x for _, x in attempts]
+        async with self._lock:
+            with translate_errors():
+                await self._conn.execute(
+                    sql("record_attempts"), [d.id for d, _ in attempts], [x.attempt for x in a],
+                    [x.started_at for x in a], [x.finished_at for x in a], [x.outcome.value for x in a],
+                    [x.reply_code for x in a], [x.enhanced_code for x in a], [x.error for x in a],
+                    [x.transport for x in a], [x.worker for x in a])
+
     async def batches(self, ids: Sequence[int]) -> dict[int, RecordedBatch]:
         async with self._lock:
             with translate_errors():

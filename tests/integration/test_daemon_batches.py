@@ -142,6 +142,9 @@ async def test_an_ambiguous_batch_is_resent_whole_under_its_key_and_delivered_on
         assert dict(server.accepted_by_header) == dict.fromkeys(keys, 1), "the replay was absorbed"
         sends = await store.fetch("SELECT sends FROM email_batches")
         assert [r["sends"] for r in sends] == [2]
+        outcomes = await store.fetch("SELECT outcome, count(*) AS n FROM email_delivery_attempts GROUP BY 1")
+        assert {r["outcome"]: r["n"] for r in outcomes} == {"ambiguous": 40, "sent": 40}, \
+            "the given-up attempt of each member is in its history, then the rescuer's"
     finally:
         server.stop()
 
