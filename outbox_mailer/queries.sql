@@ -136,7 +136,7 @@ WITH decided AS (
         claim_token = NULL,
         updated_at = now()
     FROM decided o
-    WHERE d.id = o.id AND d.status = 'sending' AND d.claim_token = o.claim_token
+    WHERE d.id = ANY ($1::bigint[]) AND d.id = o.id AND d.status = 'sending' AND d.claim_token = o.claim_token
     RETURNING d.id, d.status, d.scheduled_at
 ), dequeued AS (
     -- settled rows leave the queue; a row to retry waits there again, with its new schedule
@@ -147,7 +147,7 @@ WITH decided AS (
     UPDATE email_queue q SET claimed_at = NULL, scheduled_at = u.scheduled_at, batch_id = NULL
     FROM unnest(ARRAY(SELECT id FROM updated WHERE status = 'pending'),
                 ARRAY(SELECT scheduled_at FROM updated WHERE status = 'pending')) AS u(id, scheduled_at)
-    WHERE q.delivery_id = u.id
+    WHERE q.delivery_id = ANY (ARRAY(SELECT id FROM updated WHERE status = 'pending')) AND q.delivery_id = u.id
 ), attempt AS (
     INSERT INTO email_delivery_attempts
         (delivery_id, attempt, started_at, finished_at, outcome, reply_code, enhanced_code, error, transport, worker,
@@ -157,7 +157,7 @@ WITH decided AS (
                 $15::smallint[], $16::text[], $17::text[], $18::text[], $19::text[], $20::text[]::jsonb[])
          AS a(delivery_id, attempt, started_at, finished_at, outcome, reply_code, enhanced_code, error, transport,
               worker, refused)
-    WHERE EXISTS (SELECT 1 FROM email_deliveries e WHERE e.id = a.delivery_id)
+    WHERE a.delivery_id = ANY (ARRAY(SELECT e.id FROM email_deliveries e WHERE e.id = ANY ($1::bigint[])))
     ON CONFLICT (delivery_id, attempt, started_at) DO NOTHING
 )
 SELECT id FROM updated;
@@ -176,7 +176,8 @@ ON CONFLICT (delivery_id, attempt, started_at) DO NOTHING;
 SELECT a.delivery_id
 FROM email_delivery_attempts a
 JOIN unnest($1::bigint[], $2::integer[], $3::timestamptz[]) AS w(delivery_id, attempt, started_at)
-  ON a.delivery_id = w.delivery_id AND a.attempt = w.attempt AND a.started_at = w.started_at;
+  ON a.delivery_id = w.delivery_id AND a.attempt = w.attempt AND a.started_at = w.started_at
+WHERE a.delivery_id = ANY ($1::bigint[]);
 
 -- name: next_due_at
 -- When the earliest waiting row becomes due, in epoch seconds (null when there is none).
@@ -211,7 +212,8 @@ WITH batch AS (
 ), members AS (
     UPDATE email_queue q SET batch_id = b.id
     FROM batch b, unnest($3::bigint[], $4::uuid[]) AS m(id, claim_token), email_deliveries d
-    WHERE q.delivery_id = m.id AND d.id = m.id AND d.status = 'sending' AND d.claim_token = m.claim_token
+    WHERE q.delivery_id = ANY ($3::bigint[]) AND d.id = ANY ($3::bigint[])
+      AND q.delivery_id = m.id AND d.id = m.id AND d.status = 'sending' AND d.claim_token = m.claim_token
     RETURNING q.delivery_id
 )
 SELECT (SELECT id FROM batch) AS id, (SELECT count(*) FROM members) AS members;
@@ -370,9 +372,12 @@ FROM email_deliveries
 WHERE created_at < now() - make_interval(secs => least($1, $2))
   AND status IN ('sent', 'failed', 'cancelled') AND updated_at < now() - make_interval(secs => least($1, $2));
 
--- name: keep_queue
--- The claim session keeps email_queue itself (claim_due, record_outcomes): the trigger that mirrors other sessions' changes leaves its transitions alone. Its statements reach the rows they change through a primary key (= ANY(...) where a join's row estimate could turn it into a scan). Plans stay PostgreSQL's choice (custom for the claim, whose LIMIT a generic plan cannot see): a generic plan made while the queue was empty scanned it whole once it held 200,000 rows.
-SELECT set_config('outbox_mailer.keeps_queue', 'on', false);
+-- name: claim_session
+-- The claim session's settings, once at connect. It keeps email_queue itself (claim_due, record_outcomes), so the trigger that mirrors other sessions' changes leaves its transitions alone. Its plans are made once (generic): planning the claim afresh cost as much CPU as running it for 8 rows. A generic plan is made from the statistics of its moment and kept while the tables grow (made on an empty queue, the claim then scanned 200,000 rows), so every statement of this session reaches its rows through an index, from its parameters (= ANY(...) where a join's row estimate could choose a scan), and sequential, bitmap, nested-loop and merge plans are off, leaving PostgreSQL no other plan (a join is a hash of two such index scans: a nested loop would rescan its inner side once per outer row, n² for a batch); jit off, since a disabled node's cost would make every statement look worth compiling. tests/integration/test_claim_plans.py holds it.
+SELECT set_config('outbox_mailer.keeps_queue', 'on', false), set_config('plan_cache_mode', 'force_generic_plan', false),
+       set_config('enable_seqscan', 'off', false), set_config('enable_bitmapscan', 'off', false),
+       set_config('enable_nestloop', 'off', false), set_config('enable_mergejoin', 'off', false),
+       set_config('jit', 'off', false);
 
 -- name: ensure_migrations_table
 -- The migration runner's own bookkeeping.

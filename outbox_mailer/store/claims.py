@@ -132,7 +132,7 @@ class ClaimSession:
     async def open(cls, url: str, *, timeout: float = 10.0) -> ClaimSession:
         conn = await connect(url, timeout)
         with translate_errors():
-            await conn.execute(sql("keep_queue"))  # this session's writes keep email_queue themselves
+            await conn.execute(sql("claim_session"))  # it keeps email_queue itself; plans made once
         return cls(conn)
 
     async def close(self) -> None:
