@@ -68,6 +68,8 @@ class Delivery:
     first_attempt_at: datetime | None = None  # start of the provider's idempotency window
     # envelope recipients this attempt sends to, when an earlier attempt reached the others (None: all)
     retry_recipients: tuple[str, ...] | None = None
+    # recipients suppressed when it was claimed, as 'address reason YYYY-MM-DD' (suppression.py)
+    suppressed: tuple[str, ...] = ()
     # why the row cannot be sent as read (a value no decoder handles, content over the size
     # limit, left unread); the daemon fails such a row alone, without a network call
     defect: str | None = None

@@ -48,6 +48,7 @@ from .delivery import (
     Delivery,
     Outcome,
     OutcomeKind,
+    RefusedRecipient,
     SendSingly,
     Transport,
 )
@@ -56,6 +57,7 @@ from .gate import TransportGate
 from .inflight import InFlight
 from .recorder import Recorder
 from .store import AttemptRecord, OutcomeWrite, RecordedBatch
+from .suppression import screen
 from .transports import resend_safe_until
 from .transports.seam import batch_idempotency_key
 
@@ -120,6 +122,7 @@ class Executor:
         self._rescue_after = settings.effective_rescue_after_seconds  # derived from every transport: once
         secret = settings.message_id_secret
         self._message_id_secret = secret.get_secret_value().encode() if secret else DEFAULT_MESSAGE_ID_SECRET
+        self._dropped: dict[int, tuple[RefusedRecipient, ...]] = {}  # suppressed recipients left out, by row id
 
     def transport_of(self, delivery: Delivery) -> str:
         return delivery.transport or self.default_transport
@@ -132,7 +135,7 @@ class Executor:
         started = self.clock()
         name = self.transport_of(delivery)
         try:
-            outcome = await self._attempt(delivery, name, started, message)
+            outcome, message = await self._attempt(delivery, name, started, message)
         except anyio.get_cancelled_exc_class():
             # cut off by the grace period: the row stays 'sending' for the rescuer
             log.warning("abandoned key=%s attempt=%d: cancelled during the send", delivery.dedupe_key,
@@ -142,7 +145,8 @@ class Executor:
         except Exception as exc:  # a poison row must not stop the daemon
             log.exception("unexpected error sending key=%s", delivery.dedupe_key)
             outcome = Outcome.permanent(f"internal error: {type(exc).__name__}: {exc}")
-        self._finish(delivery, name, started, self.gates[name].observe(outcome))
+        self._finish(delivery, name, started, self.gates[name].observe(outcome),
+                     message.message_id if message is not None else None)
 
     def refuse_unsendable(self, delivery: Delivery) -> bool:
         """Fail at once, without a network call, a row that cannot be read or names no configured
@@ -217,13 +221,13 @@ class Executor:
             log.exception("unexpected error sending a batch of %d", len(members))
             results = [Outcome.permanent(f"internal error: {type(exc).__name__}: {exc}")] * len(members)
         if any(resend_whole(r, self.clock()) for r in results):
-            await self._give_up(name, members, results, started)
+            await self._give_up(name, members, messages, results, started)
             return
         for delivery, message, result in zip(members, messages, results, strict=True):
             if isinstance(result, SendSingly):
                 await self.carry(delivery, message)
             else:
-                self._finish(delivery, name, started, self.gates[name].observe(result))
+                self._finish(delivery, name, started, self.gates[name].observe(result), message.message_id)
 
     async def _request_batch(self, name: str, transport: Transport, members: list[Delivery],
                              messages: list[ComposedMessage]) -> list[BatchOutcome]:
@@ -242,8 +246,8 @@ class Executor:
             return [Outcome.held_back("a member's claim was lost before the batch request")] * len(members)
         return await transport.send_batch(messages, members, key)  # type: ignore[attr-defined]
 
-    async def _give_up(self, name: str, members: list[Delivery], results: Sequence[BatchOutcome],
-                       started: datetime) -> None:
+    async def _give_up(self, name: str, members: list[Delivery], messages: list[ComposedMessage],
+                       results: Sequence[BatchOutcome], started: datetime) -> None:
         """An ambiguous answer: each member's attempt is written as ambiguous, the rows stay 'sending'
         and unlocked, so a rescuer resends the identical batch under its recorded key once the rescue
         delay has passed."""
@@ -251,11 +255,11 @@ class Executor:
         log.warning("batch of %d left for a rescuer to resend under the same key: %s", len(members), reason)
         finished = max(self.clock(), started)
         attempts = []
-        for delivery, result in zip(members, results, strict=True):
+        for delivery, message, result in zip(members, messages, results, strict=True):
             outcome = result if isinstance(result, Outcome) else Outcome.ambiguous(reason)
             attempts.append((delivery, AttemptRecord(delivery.attempts, started, finished, OutcomeKind.AMBIGUOUS,
                                                      outcome.reply_code, outcome.enhanced_code, outcome.error, name,
-                                                     self.worker)))
+                                                     self.worker, message_id=message.message_id)))
             self._inflight.abandon(delivery)
         if self._ledger is not None:
             await self._ledger.give_up(members, attempts)
@@ -281,7 +285,7 @@ class Executor:
         for delivery, message, result in zip(members, messages, results, strict=True):
             outcome = await transport.send(message, delivery) if isinstance(result, SendSingly) else result
             writes.append(self._write(delivery, batch.transport, started, self.gates[batch.transport].observe(outcome),
-                                      worker=f"rescuer {self.worker}"))
+                                      message.message_id, worker=f"rescuer {self.worker}"))
         return writes
 
     # -- the path -----------------------------------------------------------------
@@ -289,7 +293,12 @@ class Executor:
     def _prepare(self, delivery: Delivery, now: datetime) -> ComposedMessage | Outcome:
         if delivery.expires_at is not None and delivery.expires_at <= now:
             return Outcome.unsendable(f"expired at {delivery.expires_at.isoformat()} before it could be sent")
-        return self._compose(delivery, now)
+        screened = screen(delivery)
+        if screened.refusal is not None:
+            return screened.refusal
+        if screened.dropped:
+            self._dropped[delivery.id] = screened.dropped
+        return self._compose(screened.delivery, now)
 
     def _compose(self, delivery: Delivery, now: datetime) -> ComposedMessage | Outcome:
         try:
@@ -304,19 +313,20 @@ class Executor:
             return Outcome.unsendable(f"cannot compose: {exc}")
 
     async def _attempt(self, delivery: Delivery, name: str, now: datetime,
-                       message: ComposedMessage | None) -> Outcome:
+                       message: ComposedMessage | None) -> tuple[Outcome, ComposedMessage | None]:
+        """The outcome, and the message when one was composed (its Message-ID goes into the write)."""
         if message is None:
             prepared = self._prepare(delivery, now)
             if isinstance(prepared, Outcome):
-                return prepared
+                return prepared, None
             message = prepared
         transport = self.transports[name]
         held_back = await self.gates[name].admit()
         if held_back is not None:
-            return held_back
+            return held_back, message
         if not self._may_start(delivery, transport):
-            return Outcome.held_back("waited too long after the claim to start a send safely")
-        return await transport.send(message, delivery)
+            return Outcome.held_back("waited too long after the claim to start a send safely"), message
+        return await transport.send(message, delivery), message
 
     def _may_start(self, delivery: Delivery, transport: Transport) -> bool:
         """A send must end before its claim could be rescued: start it only while
@@ -326,13 +336,14 @@ class Executor:
             return False
         return age + transport.send_timeout_seconds + START_MARGIN_SECONDS < self._rescue_after
 
-    def _finish(self, delivery: Delivery, name: str, started: datetime, outcome: Outcome) -> None:
+    def _finish(self, delivery: Delivery, name: str, started: datetime, outcome: Outcome,
+                message_id: str | None = None) -> None:
         """Decide, and hand the write to the recorder (never waits: nothing can cancel the hand-over)."""
         self._inflight.send_returned()
-        self._recorder.submit(self._write(delivery, name, started, outcome))
+        self._recorder.submit(self._write(delivery, name, started, outcome, message_id))
 
-    def _write(self, delivery: Delivery, name: str, started: datetime, outcome: Outcome, *,
-               worker: str | None = None) -> OutcomeWrite:
+    def _write(self, delivery: Delivery, name: str, started: datetime, outcome: Outcome,
+               message_id: str | None = None, *, worker: str | None = None) -> OutcomeWrite:
         finished = self.clock()
         transition = decide(delivery, outcome, finished, self.policy, self._rng.random())
         attempt = AttemptRecord(
@@ -345,6 +356,7 @@ class Executor:
             error=outcome.error if outcome.kind is not OutcomeKind.SENT else transition.last_error,
             transport=name,
             worker=worker or self.worker,
-            refused=outcome.refused,
+            refused=outcome.refused + self._dropped.pop(delivery.id, ()),
+            message_id=message_id,
         )
         return OutcomeWrite(delivery, transition, attempt)

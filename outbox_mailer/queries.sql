@@ -18,6 +18,16 @@ coalesce(d.content_bytes, octet_length(d.subject) + coalesce(octet_length(d.text
     -- include: content_size
 ) <= lim.max_bytes
 
+-- fragment: suppressed
+-- The row d's recipients that are suppressed now, as 'address reason YYYY-MM-DD' (null: none can be, the row ignores suppressions or nothing is suppressed at all, which is checked once per statement).
+CASE WHEN d.ignore_suppressions OR (SELECT NOT EXISTS (SELECT 1 FROM email_suppressions)) THEN NULL ELSE ARRAY(
+    SELECT s.address || ' ' || s.reason || ' ' || to_char(s.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD')
+    FROM email_suppressions s
+    WHERE s.address = ANY (ARRAY(
+              SELECT outbox_mailer_suppression_address(r)
+              FROM unnest(d.to_addresses || coalesce(d.cc_addresses, '{}') || coalesce(d.bcc_addresses, '{}')) AS r))
+      AND (s.expires_at IS NULL OR s.expires_at > now())) END AS suppressed
+
 -- fragment: claimed_row
 -- The columns of a claimed row, as store/rows.py decodes them; d is the row, lim.max_bytes the daemon's content limit (the content of a larger row is left out). Timestamps as date_part's float8 epoch: extract() would compute a numeric first, a third of the claim's CPU.
 d.id, d.dedupe_key, d.claim_token, d.attempts, d.max_attempts, d.transport, d.priority,
@@ -59,7 +69,8 @@ CASE WHEN
     THEN d.attachments::text END AS attachments,
 CASE WHEN
     -- include: fits
-    THEN d.metadata::text END AS metadata
+    THEN d.metadata::text END AS metadata,
+-- include: suppressed
 
 -- name: claim_due
 -- First release this session's advisory locks of keys $6 (outcomes committed earlier; a key held twice appears twice), then claim up to $1 due rows of email_queue for worker $3 with claim token $2, taking the per-key advisory lock of each; rows whose transport (null = $5) is in $4 (paused) are left alone. The queue row is marked claimed and the email_deliveries row becomes 'sending' (a HOT update: no index of email_deliveries covers a column this changes). The content of a row larger than $7 bytes is not returned (the daemon fails it unread); timestamps come as epoch seconds and JSON as text, so that no value can break the decoding of the whole batch.
@@ -113,19 +124,20 @@ FROM unnest($1::text[]) AS k
 WHERE NOT pg_try_advisory_lock(outbox_mailer_lock_key(k));
 
 -- name: record_outcomes
--- Apply decided transitions, fenced on (id, status = 'sending', claim_token), and keep email_queue (settled rows leave it, retried rows wait in it again); write every attempt. Returns the ids updated. Parameters: store/claims.py outcome_parameters(). Recipient lists travel as JSON text (null: none), one per row: asyncpg would take nested lists for a multi-dimensional array.
+-- Apply decided transitions (and the row's first Message-ID), fenced on (id, status = 'sending', claim_token), and keep email_queue (settled rows leave it, retried rows wait in it again); write every attempt. Returns the ids updated. Parameters: store/claims.py outcome_parameters(). Recipient lists travel as JSON text (null: none), one per row: asyncpg would take nested lists for a multi-dimensional array.
 WITH decided AS (
     SELECT *
     FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::timestamptz[], $5::text[], $6::text[],
-                $7::timestamptz[], $8::integer[], $9::text[], $10::text[])
+                $7::timestamptz[], $8::integer[], $9::text[], $10::text[], $21::text[])
          AS o(id, claim_token, status, scheduled_at, last_error, provider_message_id, sent_at, refund,
-              retry_recipients, refused_recipients)
+              retry_recipients, refused_recipients, message_id)
 ), updated AS (
     UPDATE email_deliveries d
     SET status = o.status,
         scheduled_at = coalesce(o.scheduled_at, d.scheduled_at),
         last_error = o.last_error,
         provider_message_id = coalesce(o.provider_message_id, d.provider_message_id),
+        message_id = coalesce(d.message_id, o.message_id),
         sent_at = o.sent_at,
         attempts = d.attempts - o.refund,
         retry_recipients = CASE WHEN o.retry_recipients IS NOT NULL
@@ -151,12 +163,13 @@ WITH decided AS (
 ), attempt AS (
     INSERT INTO email_delivery_attempts
         (delivery_id, attempt, started_at, finished_at, outcome, reply_code, enhanced_code, error, transport, worker,
-         refused)
+         refused, message_id, provider_message_id)
     SELECT a.*
     FROM unnest($1::bigint[], $11::integer[], $12::timestamptz[], $13::timestamptz[], $14::text[],
-                $15::smallint[], $16::text[], $17::text[], $18::text[], $19::text[], $20::text[]::jsonb[])
+                $15::smallint[], $16::text[], $17::text[], $18::text[], $19::text[], $20::text[]::jsonb[],
+                $21::text[], $6::text[])
          AS a(delivery_id, attempt, started_at, finished_at, outcome, reply_code, enhanced_code, error, transport,
-              worker, refused)
+              worker, refused, message_id, provider_message_id)
     WHERE a.delivery_id = ANY (ARRAY(SELECT e.id FROM email_deliveries e WHERE e.id = ANY ($1::bigint[])))
     ON CONFLICT (delivery_id, attempt, started_at) DO NOTHING
 )
@@ -165,10 +178,11 @@ SELECT id FROM updated;
 -- name: record_attempts
 -- Write attempts of rows that stay as they are (a batch given up to a rescuer after an ambiguous answer); the rows' outcome is written when they are settled.
 INSERT INTO email_delivery_attempts
-    (delivery_id, attempt, started_at, finished_at, outcome, reply_code, enhanced_code, error, transport, worker)
+    (delivery_id, attempt, started_at, finished_at, outcome, reply_code, enhanced_code, error, transport, worker,
+     message_id)
 SELECT *
 FROM unnest($1::bigint[], $2::integer[], $3::timestamptz[], $4::timestamptz[], $5::text[], $6::smallint[],
-            $7::text[], $8::text[], $9::text[], $10::text[])
+            $7::text[], $8::text[], $9::text[], $10::text[], $11::text[])
 ON CONFLICT (delivery_id, attempt, started_at) DO NOTHING;
 
 -- name: attempts_recorded
@@ -236,13 +250,14 @@ WHERE b.created_at < now() - make_interval(secs => $1)
 -- The contract columns of the rows with these dedupe keys.
 SELECT id, dedupe_key, status, attempts, max_attempts, transport, priority, scheduled_at, expires_at,
        last_error, provider_message_id, sent_at, created_at, updated_at,
-       to_addresses, subject
+       to_addresses, subject, message_id, delivery_event, delivery_event_at
 FROM email_deliveries
 WHERE dedupe_key = ANY($1::text[]);
 
 -- name: attempts_of
 -- Every attempt of one delivery, oldest first.
-SELECT attempt, started_at, finished_at, outcome, reply_code, enhanced_code, error, transport, worker
+SELECT attempt, started_at, finished_at, outcome, reply_code, enhanced_code, error, transport, worker,
+       refused::text AS refused, message_id, provider_message_id
 FROM email_delivery_attempts
 WHERE delivery_id = $1
 ORDER BY attempt, id;
@@ -251,8 +266,9 @@ ORDER BY attempt, id;
 -- Insert one email unless its dedupe key exists. Returns the new id, or nothing for a duplicate.
 INSERT INTO email_deliveries
     (dedupe_key, from_address, to_addresses, cc_addresses, bcc_addresses, reply_to, subject, text_body,
-     html_body, headers, attachments, metadata, transport, priority, scheduled_at, expires_at, max_attempts)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, coalesce($15, now()), $16, $17)
+     html_body, headers, attachments, metadata, transport, priority, scheduled_at, expires_at, max_attempts,
+     ignore_suppressions)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, coalesce($15, now()), $16, $17, $18)
 ON CONFLICT (dedupe_key) DO NOTHING
 RETURNING id;
 
@@ -403,3 +419,67 @@ INSERT INTO outbox_mailer_migrations (version, name, checksum) VALUES ($1, $2, $
 -- name: schema_version
 -- Highest applied migration, or null (table exists but empty). Fails if the table is missing.
 SELECT max(version) AS version FROM outbox_mailer_migrations;
+
+-- name: match_delivery
+-- The row an event is about: by the provider's message id ($1) on an attempt, else by our Message-ID ($2) on an attempt, else by dedupe key ($3); null when none matches. Served by indexes on email_delivery_attempts, which the hot path only inserts.
+SELECT coalesce(
+    (SELECT a.delivery_id FROM email_delivery_attempts a
+     WHERE $1::text IS NOT NULL AND a.provider_message_id = $1 ORDER BY a.id DESC LIMIT 1),
+    (SELECT a.delivery_id FROM email_delivery_attempts a
+     WHERE $2::text IS NOT NULL AND a.message_id = $2 ORDER BY a.id DESC LIMIT 1),
+    (SELECT d.id FROM email_deliveries d WHERE $3::text IS NOT NULL AND d.dedupe_key = $3)) AS delivery_id;
+
+-- name: record_event
+-- Write one event once (unique on provider $2 and event id $3); when it is new, make it the row's delivery_event if it is the latest such, and suppress address $9 for reason $10 (null: suppress nothing; an address already suppressed keeps its first reason). Returns whether it was new.
+WITH event AS (
+    INSERT INTO email_delivery_events
+        (delivery_id, provider, provider_event_id, kind, bounce_class, recipient, occurred_at, detail)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8::text::jsonb)
+    ON CONFLICT (provider, provider_event_id) DO NOTHING
+    RETURNING delivery_id, kind, coalesce(occurred_at, received_at) AS at
+), latest AS (
+    UPDATE email_deliveries d SET delivery_event = e.kind, delivery_event_at = e.at
+    FROM event e
+    WHERE d.id = e.delivery_id AND e.kind IN ('delivered', 'delayed', 'bounced', 'complained')
+      AND (d.delivery_event_at IS NULL OR d.delivery_event_at <= e.at)
+), suppressed AS (
+    INSERT INTO email_suppressions (address, reason, source, delivery_id)
+    SELECT $9, $10, $2, e.delivery_id FROM event e WHERE $9::text IS NOT NULL
+    ON CONFLICT (address) DO NOTHING
+)
+SELECT EXISTS (SELECT 1 FROM event) AS new;
+
+-- name: remember_token
+-- A provider's single-use token ($2, with the SHA-256 of its body $3): true when it is new, or was seen with this same body (the provider retrying); false when it came with another body (a replay).
+WITH seen AS (
+    INSERT INTO email_webhook_tokens (provider, token, body_sha256) VALUES ($1, $2, $3)
+    ON CONFLICT (provider, token) DO NOTHING
+    RETURNING true
+)
+SELECT EXISTS (SELECT 1 FROM seen)
+    OR EXISTS (SELECT 1 FROM email_webhook_tokens WHERE provider = $1 AND token = $2 AND body_sha256 = $3);
+
+-- name: suppress
+-- Suppress address $1 (normal form) for reason $2 from source $3, expiring at $4 (null: never); an existing suppression is replaced. Returns the row.
+INSERT INTO email_suppressions (address, reason, source, expires_at) VALUES ($1, $2, $3, $4)
+ON CONFLICT (address) DO UPDATE
+    SET reason = EXCLUDED.reason, source = EXCLUDED.source, expires_at = EXCLUDED.expires_at,
+        created_at = now(), delivery_id = NULL
+RETURNING address, reason, source, delivery_id, created_at, expires_at;
+
+-- name: unsuppress
+-- Lift the suppression of address $1; returns whether there was one.
+DELETE FROM email_suppressions WHERE address = $1 RETURNING address;
+
+-- name: suppressions
+-- Every suppression, newest first, expired ones included (expires_at says so).
+SELECT address, reason, source, delivery_id, created_at, expires_at FROM email_suppressions
+ORDER BY created_at DESC, address;
+
+-- name: events_of
+-- The delivery events of the row with dedupe key $1, oldest first.
+SELECT e.provider, e.provider_event_id, e.kind, e.bounce_class, e.recipient, e.occurred_at, e.received_at,
+       e.detail::text AS detail
+FROM email_delivery_events e JOIN email_deliveries d ON d.id = e.delivery_id
+WHERE d.dedupe_key = $1
+ORDER BY coalesce(e.occurred_at, e.received_at), e.id;

@@ -134,7 +134,7 @@ STRING_FIELDS = ("from_address", "reply_to", "text_body", "html_body", "transpor
 ADDRESS_LISTS = ("to_addresses", "cc_addresses", "bcc_addresses")  # list of strings (or one string)
 ENQUEUE_FIELDS = frozenset({
     "dedupe_key", "subject", *STRING_FIELDS, *ADDRESS_LISTS, "headers", "attachments", "metadata", "priority",
-    "scheduled_at", "expires_at", "max_attempts",
+    "scheduled_at", "expires_at", "max_attempts", "ignore_suppressions",
 })
 
 
@@ -275,6 +275,12 @@ def _kind(value: Any) -> str:
     return f"{kind} ({value!r})" if isinstance(value, int | float) else kind
 
 
+def _boolean(field: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise UsageError(f"{field}: expected true or false, got {_kind(value)}")
+    return value
+
+
 _CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "dedupe_key": _key,
     "subject": _string,
@@ -287,4 +293,5 @@ _CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "max_attempts": _integer(INT4),
     "scheduled_at": parse_time,
     "expires_at": parse_time,
+    "ignore_suppressions": _boolean,
 }

@@ -74,7 +74,8 @@ def emit(obj: dict[str, Any]) -> None:
 # ---- text ------------------------------------------------------------------------------
 
 STATUS_FIELDS = ("dedupe_key", "status", "attempts", "max_attempts", "transport", "scheduled_at", "sent_at",
-                 "provider_message_id", "last_error", "created_at", "updated_at")
+                 "provider_message_id", "last_error", "created_at", "updated_at", "message_id", "delivery_event",
+                 "delivery_event_at")
 
 
 def print_status(row: dict[str, Any], as_json: bool) -> None:

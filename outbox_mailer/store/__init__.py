@@ -5,6 +5,7 @@
   are session level, so claims, outcome writes and unlocks all run on this one
   connection, one statement at a time.
 * :class:`Listener` (``claims.py``) – a connection that LISTENs for the insert trigger.
+* :class:`EventStore` (``events.py``) – delivery events and suppressions (receiver, ``ingest-dsn``, CLI).
 
 asyncpg errors are translated here (``connection.py``) into :mod:`outbox_mailer.errors`.
 """
@@ -12,6 +13,7 @@ asyncpg errors are translated here (``connection.py``) into :mod:`outbox_mailer.
 from .admin import Store
 from .claims import AttemptRecord, ClaimSession, DeadClaim, Listener, OutcomeWrite, RecordedBatch
 from .connection import CHANNEL, translate_errors
+from .events import EventStore
 
-__all__ = ["CHANNEL", "AttemptRecord", "ClaimSession", "DeadClaim", "Listener", "OutcomeWrite", "RecordedBatch", "Store",
-           "translate_errors"]
+__all__ = ["CHANNEL", "AttemptRecord", "ClaimSession", "DeadClaim", "EventStore", "Listener", "OutcomeWrite",
+           "RecordedBatch", "Store", "translate_errors"]

@@ -76,7 +76,7 @@ class Store:
                 email["subject"], email.get("text_body"), email.get("html_body"), email.get("headers") or {},
                 email.get("attachments") or [], email.get("metadata") or {}, email.get("transport"),
                 email.get("priority") or 0, email.get("scheduled_at"), email.get("expires_at"),
-                email.get("max_attempts"),
+                email.get("max_attempts"), bool(email.get("ignore_suppressions")),
             )
 
     async def status(self, keys: Sequence[str]) -> list[dict[str, Any]]:

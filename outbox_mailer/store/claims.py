@@ -34,6 +34,7 @@ class AttemptRecord:
     transport: str
     worker: str
     refused: tuple[RefusedRecipient, ...] = ()  # every recipient not reached, kept whole (no clipping)
+    message_id: str | None = None  # the Message-ID composed for it (None: nothing composed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +66,7 @@ class OutcomeWrite:
 
 
 def outcome_parameters(writes: Sequence[OutcomeWrite]) -> tuple[list[Any], ...]:
-    """The parameters of the record_outcomes query, $1 to $20, one array element per write."""
+    """The parameters of the record_outcomes query, $1 to $21, one array element per write."""
     t = [w.transition for w in writes]
     a = [w.attempt for w in writes]
     return (
@@ -89,6 +90,7 @@ def outcome_parameters(writes: Sequence[OutcomeWrite]) -> tuple[list[Any], ...]:
         [x.transport for x in a],
         [x.worker for x in a],
         [_refused_json(x.refused) for x in a],  # $20
+        [x.message_id for x in a],  # $21: also the row's message_id, where it has none yet
     )
 
 
@@ -259,7 +261,7 @@ class ClaimSession:
                     sql("record_attempts"), [d.id for d, _ in attempts], [x.attempt for x in a],
                     [x.started_at for x in a], [x.finished_at for x in a], [x.outcome.value for x in a],
                     [x.reply_code for x in a], [x.enhanced_code for x in a], [x.error for x in a],
-                    [x.transport for x in a], [x.worker for x in a])
+                    [x.transport for x in a], [x.worker for x in a], [x.message_id for x in a])
 
     async def batches(self, ids: Sequence[int]) -> dict[int, RecordedBatch]:
         async with self._lock:

@@ -8,10 +8,10 @@
 -- No UPDATE, no DELETE: only the daemon changes a row once it is written. Nothing on
 -- email_queue: the insert trigger (SECURITY DEFINER) queues the row.
 GRANT USAGE ON SCHEMA public TO :"app_role";
-GRANT SELECT ON email_deliveries, email_delivery_attempts TO :"app_role";
+GRANT SELECT ON email_deliveries, email_delivery_attempts, email_delivery_events TO :"app_role";
 GRANT INSERT (dedupe_key, from_address, to_addresses, cc_addresses, bcc_addresses, reply_to, subject,
               text_body, html_body, headers, attachments, metadata, transport, priority, scheduled_at,
-              expires_at, max_attempts)
+              expires_at, max_attempts, ignore_suppressions)
     ON email_deliveries TO :"app_role";
 
 -- The daemon (and the operator CLI): claim, record, retry, cancel, prune.
@@ -20,3 +20,8 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON email_deliveries TO :"daemon_role";
 GRANT SELECT, INSERT, DELETE ON email_delivery_attempts TO :"daemon_role";
 GRANT SELECT, INSERT, UPDATE, DELETE ON email_queue TO :"daemon_role";
 GRANT SELECT ON outbox_mailer_migrations TO :"daemon_role";
+-- Delivery events, suppressions and single-use webhook tokens (the receiver, ingest-dsn, the CLI).
+GRANT SELECT, INSERT, UPDATE, DELETE ON email_delivery_events, email_suppressions, email_webhook_tokens
+    TO :"daemon_role";
+-- Provider batch requests as recorded before they are made (schema 8).
+GRANT SELECT, INSERT, UPDATE, DELETE ON email_batches TO :"daemon_role";

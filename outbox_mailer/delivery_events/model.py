@@ -1,0 +1,94 @@
+"""The values every provider's webhook module and the DSN parser produce, and their refusals.
+
+Refusals (each maps to the HTTP status the receiver answers, nothing written)::
+
+    WebhookRefused            status
+     ├── Unauthenticated      401: signature, credentials or timestamp wrong or missing
+     ├── Malformed            400: authentic, but not a body of the provider's documented shape
+     └── TooLarge             413: a body over MAX_BODY_BYTES (checked before verification)
+
+An authentic body whose event types are unknown is not refused: its module returns no event for
+them (the receiver answers 200, so the provider stops retrying).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from ..errors import OutboxMailerError
+
+MAX_BODY_BYTES = 5 * 1024 * 1024
+
+
+class Kind(StrEnum):
+    """email_delivery_events.kind."""
+
+    DELIVERED = "delivered"
+    DELAYED = "delayed"
+    BOUNCED = "bounced"
+    COMPLAINED = "complained"
+    REJECTED = "rejected"  # the provider refused to send it (for example its own suppression list)
+    UNSUBSCRIBED = "unsubscribed"
+
+
+class BounceClass(StrEnum):
+    """email_delivery_events.bounce_class, for kind BOUNCED (None for the other kinds)."""
+
+    HARD = "hard"  # permanent: the address does not exist or never accepts mail; suppresses
+    SOFT = "soft"  # temporary: mailbox full, greylisting, a transient failure; never suppresses
+    UNDETERMINED = "undetermined"
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderEvent:
+    """One event about one recipient of one email, as the provider or a bounce reported it.
+
+    Matching to a row (by the receiver, in this order): ``provider_message_id`` (the provider's id
+    of the sent email, as our transport recorded it from the send's answer, or the relay's queue id
+    from the SMTP 250 reply), else ``message_id`` (our Message-ID header, angle brackets included:
+    ``<hex@domain>``), else ``dedupe_key`` (the tag, metadata or custom argument our transport added
+    on send, where the provider echoes it).
+    """
+
+    provider: str  # "resend", "postmark", "sendgrid", "ses", "mailgun", "smtp" (a DSN)
+    provider_event_id: str  # unique per provider: the provider's own event id, or a stable digest
+    kind: Kind
+    recipient: str | None
+    occurred_at: datetime | None  # timezone-aware, when the provider says it happened
+    provider_message_id: str | None = None
+    message_id: str | None = None
+    dedupe_key: str | None = None
+    bounce_class: BounceClass | None = None
+    detail: dict[str, Any] = field(default_factory=dict)  # the provider's own fields, JSON-serialisable
+
+
+@dataclass(frozen=True, slots=True)
+class Received:
+    """What an authentic webhook body holds."""
+
+    events: tuple[ProviderEvent, ...]
+    replay_token: str | None = None  # Mailgun: a token the receiver must refuse to see again for another body
+    confirm_url: str | None = None  # SES/SNS: a SubscriptionConfirmation's SubscribeURL, to GET
+
+
+class WebhookRefused(OutboxMailerError):
+    status = 400
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class Unauthenticated(WebhookRefused):
+    status = 401
+
+
+class Malformed(WebhookRefused):
+    status = 400
+
+
+class TooLarge(WebhookRefused):
+    status = 413

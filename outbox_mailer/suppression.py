@@ -1,0 +1,102 @@
+"""Suppressed addresses: their one normal form, and what a claimed row's suppressed recipients mean.
+
+The form (the same as the SQL function ``outbox_mailer_suppression_address`` in
+``sql/0009_delivery_events.sql``, which the claim compares with): the address inside
+``Name <...>`` if there is one, in Unicode normal form C, lower case, with an internationalised
+domain in its Unicode form (an ``xn--`` domain is decoded, so ``zoë@exämple.com`` and
+``zoë@xn--exmple-cua.com`` are one address). Providers compare case-insensitively too.
+
+A row whose every recipient is suppressed fails without a network call, ``last_error``
+starting with ``suppressed:``; otherwise its suppressed recipients are left out of the envelope
+and written on the attempt. A row with ``ignore_suppressions`` is never screened (the claim
+returns nothing for it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import unicodedata
+from dataclasses import dataclass
+
+import idna
+
+from .delivery import Delivery, Outcome, RefusedRecipient
+
+_IN_BRACKETS = re.compile(r"<([^<>]*)>\s*$")
+REASONS = ("hard_bounce", "complaint", "unsubscribe", "manual")
+
+
+def normal_address(raw: str) -> str:
+    """The suppression form of an address as a row, an event or an operator gives it.
+    ValueError when it is not an address."""
+    m = _IN_BRACKETS.search(raw)
+    address = unicodedata.normalize("NFC", (m.group(1) if m else raw).strip()).lower()
+    local, at, domain = address.rpartition("@")
+    if not at or not local or not domain or any(c.isspace() or c in "<>" for c in address):
+        raise ValueError(f"not an email address: {raw!r}")
+    if any(label.startswith("xn--") for label in domain.split(".")):
+        try:
+            domain = idna.decode(domain)
+        except idna.IDNAError as exc:
+            raise ValueError(f"not a valid internationalised domain: {domain!r} ({exc})") from None
+    return f"{local}@{domain}"
+
+
+def _key(raw: str) -> str:
+    """What the claim compared: the SQL form (without the xn-- decoding, which SQL cannot do)."""
+    m = _IN_BRACKETS.search(raw)
+    return unicodedata.normalize("NFC", (m.group(1) if m else raw).strip()).lower()
+
+
+@dataclass(frozen=True, slots=True)
+class Suppressed:
+    address: str  # in the normal form
+    reason: str
+    since: str  # YYYY-MM-DD (UTC)
+
+    @classmethod
+    def parse(cls, text: str) -> Suppressed:
+        address, reason, since = text.split(" ")
+        return cls(address, reason, since)
+
+    def describe(self) -> str:
+        return f"{self.address} ({self.reason} since {self.since})"
+
+
+@dataclass(frozen=True, slots=True)
+class Screened:
+    """A row after its suppressed recipients were taken out of it."""
+
+    delivery: Delivery  # to send (its envelope without them); unchanged when none is suppressed
+    refusal: Outcome | None  # every recipient suppressed: fail it, send nothing
+    dropped: tuple[RefusedRecipient, ...]  # written on the attempt
+
+
+def screen(delivery: Delivery) -> Screened:
+    """Take the recipients the claim found suppressed (``delivery.suppressed``) out of the row."""
+    if not delivery.suppressed:
+        return Screened(delivery, None, ())
+    by_key = {s.address: s for s in map(Suppressed.parse, delivery.suppressed)}
+    owed = delivery.retry_recipients
+    recipients = owed if owed is not None else (*delivery.to_addresses, *delivery.cc_addresses,
+                                                *delivery.bcc_addresses)
+    kept, dropped = [], []
+    for raw in recipients:
+        hit = by_key.get(_key(raw))
+        if hit is None:
+            kept.append(raw)
+        else:
+            dropped.append(hit)
+    if not dropped:
+        return Screened(delivery, None, ())
+    if not kept:
+        text = "; ".join(s.describe() for s in dropped)
+        return Screened(delivery, Outcome.unsendable(f"suppressed: {text}"), ())
+    notes = tuple(RefusedRecipient(s.address, None, f"suppressed: {s.reason} since {s.since}") for s in dropped)
+    return Screened(dataclasses.replace(delivery, retry_recipients=tuple(_addr_spec(r) for r in kept)), None, notes)
+
+
+def _addr_spec(raw: str) -> str:
+    m = _IN_BRACKETS.search(raw)
+    return (m.group(1) if m else raw).strip()
