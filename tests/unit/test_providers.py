@@ -385,18 +385,38 @@ def test_sendgrid_request_shape() -> None:
         "attachments": [{"content": PDF_B64, "filename": "receipt.pdf", "type": "application/pdf",
                          "disposition": "attachment"}],
         "headers": {"X-Campaign": "spring", "X-Test-Key": KEY},
-        "custom_args": {"order_id": "42", "kind": "receipt", "bad tag": "x", "note": "has space"},
+        "custom_args": {"order_id": "42", "kind": "receipt", "bad tag": "x", "note": "has space", "dedupe_key": KEY},
     }  # fmt: skip
 
 
 def test_sendgrid_minimal_request_has_no_empty_lists() -> None:
     body = SENDGRID.build(MINIMAL, make_delivery(metadata={}), MSGID, KEY, NOW).json()
     assert body == {"personalizations": [{"to": [{"email": "a@example.com"}]}], "from": {"email": "shop@example.com"},
-                    "subject": "Hi", "content": [{"type": "text/plain", "value": "text only"}]}
+                    "subject": "Hi", "content": [{"type": "text/plain", "value": "text only"}],
+                    "custom_args": {"dedupe_key": KEY}}
     html_only = MessageFields("s@example.com", ("a@example.com",), (), (), None, "Hi", None, "<b>x</b>", (), ())
     assert SENDGRID.build(html_only, D, MSGID, KEY, NOW).json()["content"] == [{"type": "text/html",
                                                                                 "value": "<b>x</b>"}]
     assert SENDGRID.check_request().url == "http://127.0.0.1:9/v3/scopes"
+
+
+def test_sendgrid_custom_args_carry_the_dedupe_key_over_a_metadata_key_of_that_name() -> None:
+    delivery = make_delivery(dedupe_key="order-7 ü", metadata={"dedupe_key": "theirs", "n": 1})
+    assert SENDGRID.build(MINIMAL, delivery, MSGID, KEY, NOW).json()["custom_args"] == {
+        "n": "1", "dedupe_key": "order-7 ü"}
+
+
+def test_sendgrid_leaves_out_the_dedupe_key_where_it_would_pass_the_10000_byte_limit() -> None:
+    def args(metadata: dict[str, Any], key: str = "k" * 255) -> Any:
+        return SENDGRID.build(MINIMAL, make_delivery(dedupe_key=key, metadata=metadata), MSGID, KEY,
+                              NOW).json().get("custom_args")
+
+    near = {"big": "x" * 9_700}  # 9,710 bytes as JSON; with the key 9,981 (10,001 with 20 more)
+    assert args(near)["dedupe_key"] == "k" * 255
+    over = {"big": "x" * 9_720}
+    assert args(over) == over  # as before the key was added: SendGrid took it then
+    assert args(over | {"dedupe_key": "another row's"}) == over  # never a key that is not the row's
+    assert args({"big": "x" * 9_700}, key="é" * 255) == {"big": "x" * 9_700}  # bytes, not characters
 
 
 def sendgrid(status: int, body: Any = None, **headers: str) -> Any:

@@ -12,10 +12,15 @@ Answers:
 400, 413, other 4xx            permanent
 5xx                            ambiguous (the in_doubt policy decides)
 =============================  ==================================================
+
+Every message carries ``custom_args: {"dedupe_key": <the row's key>}`` beside the metadata (unless that
+would pass SendGrid's 10,000 bytes, see :func:`with_dedupe_key`), which the Event Webhook echoes in each
+event (see :mod:`outbox_mailer.delivery_events.sendgrid`).
 """
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import Any
 
@@ -30,6 +35,8 @@ from .provider import (
     split_address,
     string_values,
 )
+
+CUSTOM_ARGS_BYTES = 10_000
 
 
 def mailbox(display: str) -> dict[str, str]:
@@ -48,6 +55,22 @@ def _error(response: ApiResponse) -> str:
         if parts:
             return one_line("; ".join(parts))
     return response.text()
+
+
+def with_dedupe_key(custom_args: dict[str, str], dedupe_key: str) -> dict[str, str]:
+    """The metadata's custom args plus ``dedupe_key``, which the Event Webhook echoes in every event
+    (:mod:`outbox_mailer.delivery_events.sendgrid` matches rows by it).
+
+    A metadata key of that name is dropped, ours or not: an event must never carry another row's key.
+    SendGrid takes at most 10,000 bytes of custom args (SendGrid, "Unique Arguments"): when the key
+    would push metadata over that, it is left out, so a message SendGrid took before is not refused now
+    (its row is then matched by X-Message-Id alone).
+    """
+    others = {name: value for name, value in custom_args.items() if name != "dedupe_key"}
+    args = {**others, "dedupe_key": dedupe_key}
+    if len(json.dumps(args, ensure_ascii=False, separators=(",", ":")).encode("utf-8")) > CUSTOM_ARGS_BYTES:
+        return others
+    return args
 
 
 def retry_after(response: ApiResponse, now: datetime) -> float | None:
@@ -92,7 +115,7 @@ class SendGridApi(KeyedApi):
                                                            disposition="attachment")
         if fields.headers:
             document["headers"] = dict(fields.headers)
-        custom_args = string_values(delivery.metadata)
+        custom_args = with_dedupe_key(string_values(delivery.metadata), delivery.dedupe_key)
         if custom_args:
             document["custom_args"] = custom_args
         return self._post_json("/v3/mail/send", document)
