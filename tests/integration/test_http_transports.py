@@ -96,7 +96,8 @@ async def test_resend_sent_with_key_and_bearer(api: Any, provider_server: Provid
     [request] = provider_server.sends("/emails")
     assert request.headers["idempotency-key"] == "r-1" and request.headers["authorization"] == f"Bearer {TOKEN}"
     body = request.json()
-    assert body["to"] == ["Zoë <zoe@example.com>"] and body["tags"] == [{"name": "order", "value": "42"}]
+    assert body["to"] == ["Zoë <zoe@example.com>"]
+    assert body["tags"] == [{"name": "order", "value": "42"}, {"name": "dedupe_key", "value": "r-1"}]
     assert provider_server.accepted == {"r-1": 1}
 
 
@@ -216,6 +217,7 @@ async def test_postmark_answers(api: Any, provider_server: ProviderServer) -> No
     assert sent.kind is OutcomeKind.SENT and sent.provider_message_id
     [request] = provider_server.sends("/email")
     assert request.headers["x-postmark-server-token"] == TOKEN and request.json()["To"] == "Zoë <zoe@example.com>"
+    assert request.json()["Metadata"] == {"order": "42", "dedupe_key": "p-1"}
     inactive = await send(transport, make_delivery("p-2", to_addresses=("inactive@example.com",)))
     assert inactive.kind is OutcomeKind.PERMANENT and "ErrorCode 406" in inactive.error
     provider_server.add_fault("reply", status=422, body={"ErrorCode": 429, "Message": "Rate limit"}, count=1)

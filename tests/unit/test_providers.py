@@ -22,6 +22,7 @@ from outbox_mailer.delivery import (
     MessageFields,
     OutcomeKind,
 )
+from outbox_mailer.transports.api.batches import BatchItem
 from outbox_mailer.transports.api.http import provider_for
 from outbox_mailer.transports.api.postmark import PostmarkApi
 from outbox_mailer.transports.api.provider import (
@@ -174,14 +175,15 @@ def test_resend_request_shape() -> None:
         "html": "<p>Thanks!</p>",
         "headers": {"X-Campaign": "spring", "X-Test-Key": KEY},
         "attachments": [{"filename": "receipt.pdf", "content": PDF_B64, "content_type": "application/pdf"}],
-        "tags": [{"name": "order_id", "value": "42"}, {"name": "kind", "value": "receipt"}],
+        "tags": [{"name": "order_id", "value": "42"}, {"name": "kind", "value": "receipt"},
+                 {"name": "dedupe_key", "value": KEY}],
     }
 
 
 def test_resend_minimal_request_leaves_empty_fields_out_and_is_byte_stable() -> None:
     request = RESEND.build(MINIMAL, make_delivery(metadata={}), MSGID, KEY, NOW)
     assert request.json() == {"from": "shop@example.com", "to": ["a@example.com"], "subject": "Hi",
-                              "text": "text only"}
+                              "text": "text only", "tags": [{"name": "dedupe_key", "value": KEY}]}
     later = RESEND.build(MINIMAL, make_delivery(metadata={}, attempts=5), MSGID, KEY, NOW + timedelta(hours=2))
     assert later.body == request.body  # same payload on every retry: the key replays, never conflicts
 
@@ -189,6 +191,29 @@ def test_resend_minimal_request_leaves_empty_fields_out_and_is_byte_stable() -> 
 def test_resend_tags_only_take_safe_names_and_values() -> None:
     assert tags({"a": "ok-1_2", "b c": "x", "d": "x y", "e": 3, "f": None, "g": "é", "h": "x" * 257}) == [
         {"name": "a", "value": "ok-1_2"}, {"name": "e", "value": "3"}]
+
+
+@pytest.mark.parametrize("key", ["has space", "é-key", "k" * 257, "a/b"])
+def test_resend_leaves_out_a_dedupe_key_that_is_no_valid_tag(key: str) -> None:
+    body = RESEND.build(MINIMAL, make_delivery(dedupe_key=key, metadata={"order": 7}), MSGID, key, NOW).json()
+    assert body["tags"] == [{"name": "order", "value": "7"}]  # the row is then matched by email_id alone
+    assert "tags" not in RESEND.build(MINIMAL, make_delivery(dedupe_key=key, metadata={}), MSGID, key, NOW).json()
+
+
+def test_resend_dedupe_key_tag_is_always_the_rows_key_never_the_applications() -> None:
+    body = RESEND.build(MINIMAL, make_delivery(metadata={"dedupe_key": "other"}), MSGID, KEY, NOW).json()
+    assert body["tags"] == [{"name": "dedupe_key", "value": KEY}]
+    longest = "k" * 256
+    body = RESEND.build(MINIMAL, make_delivery(dedupe_key=longest, metadata={"dedupe_key": "x"}), MSGID, KEY,
+                        NOW).json()
+    assert body["tags"] == [{"name": "dedupe_key", "value": longest}]
+
+
+def test_resend_batch_members_carry_their_own_dedupe_key() -> None:
+    items = [BatchItem(MINIMAL, make_delivery(id=n, dedupe_key=f"order-{n}", metadata={}), MSGID) for n in (1, 2)]
+    documents = RESEND.build_batch(items, "batch-key").json()
+    assert [d["tags"] for d in documents] == [[{"name": "dedupe_key", "value": "order-1"}],
+                                              [{"name": "dedupe_key", "value": "order-2"}]]
 
 
 def test_resend_check_is_an_authenticated_get_of_domains() -> None:
@@ -300,15 +325,41 @@ def test_postmark_request_shape() -> None:
         "Headers": [{"Name": "Message-ID", "Value": MSGID}, {"Name": "X-Campaign", "Value": "spring"},
                     {"Name": "X-Test-Key", "Value": KEY}],
         "Attachments": [{"Name": "receipt.pdf", "Content": PDF_B64, "ContentType": "application/pdf"}],
-        "Metadata": {"order_id": "42", "kind": "receipt", "bad tag": "x", "note": "has space"},
+        "Metadata": {"order_id": "42", "kind": "receipt", "bad tag": "x", "note": "has space", "dedupe_key": KEY},
     }
 
 
 def test_postmark_minimal_request() -> None:
     body = POSTMARK.build(MINIMAL, make_delivery(metadata={}), MSGID, KEY, NOW).json()
-    assert set(body) == {"From", "To", "Subject", "TextBody", "Headers"}
+    assert set(body) == {"From", "To", "Subject", "TextBody", "Headers", "Metadata"}
+    assert body["Metadata"] == {"dedupe_key": KEY}
     assert POSTMARK.check_request().url == "http://127.0.0.1:9/server"
     assert POSTMARK.check_request().headers["X-Postmark-Server-Token"] == "pm-token"
+
+
+def test_postmark_leaves_out_a_dedupe_key_over_80_characters() -> None:
+    key = "k" * 81
+    body = POSTMARK.build(MINIMAL, make_delivery(dedupe_key=key, metadata={"order": 7}), MSGID, key, NOW).json()
+    assert body["Metadata"] == {"order": "7"}  # the row is then matched by MessageID alone
+    body = POSTMARK.build(MINIMAL, make_delivery(dedupe_key="k" * 80, metadata={}), MSGID, key, NOW).json()
+    assert body["Metadata"] == {"dedupe_key": "k" * 80}
+
+
+def test_postmark_dedupe_key_is_the_rows_in_any_case_and_never_an_eleventh_field() -> None:
+    body = POSTMARK.build(MINIMAL, make_delivery(metadata={"Dedupe_Key": "other", "a": 1}), MSGID, KEY, NOW).json()
+    assert body["Metadata"] == {"a": "1", "dedupe_key": KEY}
+    ten = {f"f{n}": n for n in range(10)}
+    body = POSTMARK.build(MINIMAL, make_delivery(metadata=ten), MSGID, KEY, NOW).json()
+    assert body["Metadata"] == {name: str(n) for name, n in ten.items()}  # Postmark refuses an eleventh
+    nine = {f"f{n}": n for n in range(9)}
+    body = POSTMARK.build(MINIMAL, make_delivery(metadata=nine), MSGID, KEY, NOW).json()
+    assert body["Metadata"]["dedupe_key"] == KEY and len(body["Metadata"]) == 10
+
+
+def test_postmark_batch_members_carry_their_own_dedupe_key() -> None:
+    items = [BatchItem(MINIMAL, make_delivery(id=n, dedupe_key=f"order-{n}", metadata={}), MSGID) for n in (1, 2)]
+    documents = POSTMARK.build_batch(items, "unused").json()
+    assert [d["Metadata"] for d in documents] == [{"dedupe_key": "order-1"}, {"dedupe_key": "order-2"}]
 
 
 def postmark(status: int, body: Any = None, **headers: str) -> Any:

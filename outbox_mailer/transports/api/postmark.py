@@ -54,6 +54,25 @@ ERROR_RATE_LIMIT = 429
 BATCH_LIMIT = 500  # messages per POST /email/batch
 BATCH_BYTES_LIMIT = 50_000_000  # bytes per POST /email/batch, attachments included
 MEMBER_SLACK_BYTES = 2_000  # room for a member's Message-ID header and the list's punctuation
+# The row's dedupe key goes along in Metadata under this name: Postmark echoes Metadata in its
+# webhooks, where outbox_mailer.delivery_events.postmark reads the key back to match an event to its row.
+DEDUPE_METADATA = "dedupe_key"
+METADATA_FIELDS_LIMIT = 10  # Postmark refuses a message with more Metadata fields,
+METADATA_VALUE_LIMIT = 80  # or a value over 80 characters (names: 20)
+
+
+def metadata_with_key(metadata: dict[str, Any], dedupe_key: str) -> dict[str, str]:
+    """The metadata as strings, plus the row's key under ``dedupe_key``.
+
+    The key is left out when it is over 80 characters, or when the application's own metadata
+    already fills the 10 fields (Postmark would refuse the whole message); the row is then matched
+    by ``MessageID`` alone. An application entry named ``dedupe_key`` (in any case: Postmark takes
+    names case-insensitively) is never sent: a webhook would take it for the key.
+    """
+    out = {name: value for name, value in string_values(metadata).items() if name.lower() != DEDUPE_METADATA}
+    if len(dedupe_key) <= METADATA_VALUE_LIMIT and len(out) < METADATA_FIELDS_LIMIT:
+        out[DEDUPE_METADATA] = dedupe_key
+    return out
 
 
 def _error(response: ApiResponse) -> tuple[int | None, str]:
@@ -99,7 +118,7 @@ class PostmarkApi(KeyedApi):
         ]
         if fields.attachments:
             document["Attachments"] = attachment_documents(fields, "Name", "Content", "ContentType")
-        metadata = string_values(delivery.metadata)
+        metadata = metadata_with_key(delivery.metadata, delivery.dedupe_key)
         if metadata:
             document["Metadata"] = metadata
         return document

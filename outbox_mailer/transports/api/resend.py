@@ -54,6 +54,9 @@ BATCH_VALIDATION_HEADER = "x-batch-validation"  # "permissive": per-item errors 
 CONCURRENT_RETRY_SECONDS = 1.0
 MONTHLY_QUOTA_PAUSE_SECONDS = 86_400.0
 _TAG = re.compile(r"[A-Za-z0-9_-]{1,256}")
+# The row's dedupe key goes along as this tag: Resend echoes tags in its webhooks, where
+# outbox_mailer.delivery_events.resend reads the key back to match an event to its row.
+DEDUPE_TAG = "dedupe_key"
 
 
 def tags(metadata: dict[str, Any]) -> list[dict[str, str]]:
@@ -65,6 +68,20 @@ def tags(metadata: dict[str, Any]) -> list[dict[str, str]]:
         text = str(value)
         if _TAG.fullmatch(str(name)) and _TAG.fullmatch(text):
             out.append({"name": str(name), "value": text})
+    return out
+
+
+def tags_with_key(metadata: dict[str, Any], dedupe_key: str) -> list[dict[str, str]]:
+    """:func:`tags` of the metadata, plus the row's key as the ``dedupe_key`` tag.
+
+    A key that is not a valid tag value (a character outside ASCII letters, digits, ``_`` and ``-``,
+    or over 256 characters) is left out: Resend would refuse the whole email. The row is then matched
+    by ``email_id`` alone (the ``provider_message_id`` recorded from the send's answer). A metadata
+    entry named ``dedupe_key`` is never sent under that name: a webhook would take it for the key.
+    """
+    out = [tag for tag in tags(metadata) if tag["name"] != DEDUPE_TAG]
+    if _TAG.fullmatch(dedupe_key):
+        out.append({"name": DEDUPE_TAG, "value": dedupe_key})
     return out
 
 
@@ -110,7 +127,7 @@ class ResendApi(KeyedApi):
             document["headers"] = dict(fields.headers)
         if fields.attachments:
             document["attachments"] = attachment_documents(fields, "filename", "content", "content_type")
-        row_tags = tags(delivery.metadata)
+        row_tags = tags_with_key(delivery.metadata, delivery.dedupe_key)
         if row_tags:
             document["tags"] = row_tags
         return document
