@@ -36,8 +36,9 @@ from pydantic_settings import (
 )
 
 from .addresses import parse_address
-from .config_checks import check_database_url, check_helo_name, source_error
+from .config_checks import check_database_url, check_helo_name, parse_listen_address, source_error
 from .errors import CompositionError, ConfigurationError
+from .event_settings import SuppressionSettings, WebhookSettings
 from .redaction import redacted_url
 from .transports.registry import API_PROVIDERS, BATCH_KINDS, TRANSPORT_KINDS, has_batch_endpoint, in_house
 
@@ -243,6 +244,8 @@ class Settings(BaseSettings):
     message_id_secret: SecretStr | None = None  # HMAC key for Message-IDs; keep it stable
     worker_name: str | None = None  # recorded with each attempt; None: host:pid
     metrics_address: str | None = None  # "host:port" for /metrics, /healthz, /readyz; None: no endpoint
+    webhooks: WebhookSettings = WebhookSettings()  # `outbox-mailer webhooks`: the provider event receiver
+    suppression: SuppressionSettings = SuppressionSettings()
     debug_wedge_file: str | None = None  # while this file exists the claim loop stops: proves a watchdog set-up
 
     @field_validator("database_url")
@@ -331,18 +334,6 @@ class Settings(BaseSettings):
         if self.database_url is not None:
             data["database_url"] = redacted_url(self.database_url.get_secret_value())
         return data
-
-
-def parse_listen_address(value: str) -> tuple[str, int]:
-    """Split ``host:port`` (or ``[v6-address]:port``) into (host, port); ValueError when malformed."""
-    host, sep, port_text = value.partition(":") if not value.startswith("[") else value[1:].partition("]:")
-    if value.startswith("[") and ":" not in host:
-        host = ""  # brackets are for IPv6 addresses only
-    if not sep or not host or any(c.isspace() or c in "/[]" for c in host) or ":" in port_text:
-        raise ValueError(f"{value!r}: expected host:port, e.g. 127.0.0.1:9464 or [::1]:9464")
-    if not (port_text.isascii() and port_text.isdigit()) or not 1 <= int(port_text) <= 65535:
-        raise ValueError(f"{value!r}: the port must be a number from 1 to 65535")
-    return host, int(port_text)
 
 
 def _setting_name(loc: tuple[Any, ...]) -> str:

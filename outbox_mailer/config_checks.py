@@ -96,3 +96,15 @@ def source_error(exc: Exception, secrets_dir: str | None) -> ConfigurationError:
     return ConfigurationError(
         f"invalid configuration: {name}{where}: not valid JSON; a nested setting given as one variable must be "
         f"a JSON object (or set its parts one by one: {name}__<FIELD>)", setting=name)
+
+
+def parse_listen_address(value: str) -> tuple[str, int]:
+    """Split ``host:port`` (or ``[v6-address]:port``) into (host, port); ValueError when malformed."""
+    host, sep, port_text = value.partition(":") if not value.startswith("[") else value[1:].partition("]:")
+    if value.startswith("[") and ":" not in host:
+        host = ""  # brackets are for IPv6 addresses only
+    if not sep or not host or any(c.isspace() or c in "/[]" for c in host) or ":" in port_text:
+        raise ValueError(f"{value!r}: expected host:port, e.g. 127.0.0.1:9464 or [::1]:9464")
+    if not (port_text.isascii() and port_text.isdigit()) or not 1 <= int(port_text) <= 65535:
+        raise ValueError(f"{value!r}: the port must be a number from 1 to 65535")
+    return host, int(port_text)

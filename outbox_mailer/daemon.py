@@ -42,13 +42,11 @@ from .claimer import Claimer, DaemonObserver
 from .clock import utc_now
 from .config import Settings
 from .delivery import Transport
-from .errors import SchemaMismatch
 from .executor import Executor
 from .gate import TransportGate
 from .inflight import InFlight
 from .lanes import Lane
 from .liveness import Liveness
-from .migrations import expected_schema_version
 from .ratelimit import TokenBucket
 from .recorder import Recorder
 from .rescuer import Rescuer
@@ -169,15 +167,9 @@ class Daemon:
     async def _check_schema(self) -> None:
         store = await Store.open(self._url, max_size=1)
         try:
-            version = await store.schema_version()
+            await store.require_schema()
         finally:
             await store.close()
-        expected = expected_schema_version()
-        if version != expected:
-            raise SchemaMismatch(
-                f"database schema is at version {version or 'none'}, this outbox-mailer needs {expected}: "
-                "run `outbox-mailer migrate`"
-            )
 
     async def _watch_signals(self) -> None:
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:

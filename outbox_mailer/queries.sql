@@ -444,7 +444,8 @@ WITH event AS (
       AND (d.delivery_event_at IS NULL OR d.delivery_event_at <= e.at)
 ), suppressed AS (
     INSERT INTO email_suppressions (address, reason, source, delivery_id)
-    SELECT $9, $10, $2, e.delivery_id FROM event e WHERE $9::text IS NOT NULL
+    SELECT $9, $10, $2, e.delivery_id FROM event e
+    WHERE $9::text IS NOT NULL AND (e.delivery_id IS NOT NULL OR $2 <> 'smtp')  -- a DSN: only when it is ours
     ON CONFLICT (address) DO NOTHING
 )
 SELECT EXISTS (SELECT 1 FROM event) AS new;

@@ -7,6 +7,7 @@ import argparse
 from .. import __version__
 from ..logs import LOG_FORMATS
 from .email_commands import register as register_email_commands
+from .event_commands import register as register_event_commands
 from .output import EXIT_CODES_HELP
 from .queue_commands import register as register_queue_commands
 from .service_commands import register as register_service_commands
@@ -15,8 +16,10 @@ from .setup_commands import register as register_setup_commands
 DESCRIPTION = "outbox-mailer: the transactional-email outbox daemon and its operator commands."
 
 # Each group's register(), in the order `outbox-mailer --help` lists the commands:
-# migrate run · status enqueue cancel resolve · list retry stats prune · grant check demo.
-GROUPS = (register_service_commands, register_email_commands, register_queue_commands, register_setup_commands)
+# migrate run · status enqueue cancel resolve · list retry stats prune · webhooks ingest-dsn suppress
+# unsuppress suppressions events · grant check demo.
+GROUPS = (register_service_commands, register_email_commands, register_queue_commands, register_event_commands,
+          register_setup_commands)
 
 
 def build_parser() -> argparse.ArgumentParser:

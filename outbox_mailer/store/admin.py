@@ -9,7 +9,7 @@ from typing import Any
 import asyncpg
 
 from ..errors import InvalidTransition, NotFound, SchemaMismatch
-from ..migrations import Migration
+from ..migrations import Migration, expected_schema_version
 from ..queries import sql
 from .connection import affected, init_reading_connection, translate_errors
 
@@ -65,6 +65,15 @@ class Store:
                 return await conn.fetchval(sql("schema_version"))
             except asyncpg.exceptions.UndefinedTableError:
                 return None
+
+    async def require_schema(self) -> None:
+        """SchemaMismatch unless the database is at the schema this version of outbox-mailer needs."""
+        version, expected = await self.schema_version(), expected_schema_version()
+        if version != expected:
+            raise SchemaMismatch(
+                f"database schema is at version {version or 'none'}, this outbox-mailer needs {expected}: "
+                "run `outbox-mailer migrate`"
+            )
 
     async def enqueue(self, email: dict[str, Any]) -> int | None:
         """Insert one email; None when the dedupe key already exists."""

@@ -42,17 +42,19 @@ def directives(path: Path) -> dict[str, list[str]]:
 def checkable_copy(unit: str, directory: Path) -> Path:
     """The unit, named as systemd would load it, with ExecStart pointing at a binary that exists here."""
     text = (UNITS / unit).read_text()
-    assert text.count(f"ExecStart={INSTALLED_EXEC}\n") == 1
+    verb = "webhooks" if "webhooks" in unit else "run"
+    installed = INSTALLED_EXEC.replace(" run", f" {verb}")
+    assert text.count(f"ExecStart={installed}\n") == 1
     script = Path(sys.executable).parent / "outbox-mailer"
-    command = f"{script} run" if script.exists() else f"{sys.executable} -m outbox_mailer run"
+    command = f"{script} {verb}" if script.exists() else f"{sys.executable} -m outbox_mailer {verb}"
     name = unit.replace("@.", "@checked.")  # a template is verified as one of its instances
     copy = directory / name
-    copy.write_text(text.replace(f"ExecStart={INSTALLED_EXEC}", f"ExecStart={command}"))
+    copy.write_text(text.replace(f"ExecStart={installed}", f"ExecStart={command}"))
     return copy
 
 
 @needs_systemd_analyze
-@pytest.mark.parametrize("unit", ["outbox-mailer.service", "outbox-mailer@.service"])
+@pytest.mark.parametrize("unit", ["outbox-mailer.service", "outbox-mailer@.service", "outbox-mailer-webhooks.service"])
 def test_systemd_analyze_verify_is_silent(unit: str, tmp_path: Path) -> None:
     copy = checkable_copy(unit, tmp_path)
     result = subprocess.run(["systemd-analyze", "verify", str(copy)], capture_output=True, text=True, timeout=60,
@@ -62,7 +64,7 @@ def test_systemd_analyze_verify_is_silent(unit: str, tmp_path: Path) -> None:
 
 
 @needs_systemd_analyze
-@pytest.mark.parametrize("unit", ["outbox-mailer.service", "outbox-mailer@.service"])
+@pytest.mark.parametrize("unit", ["outbox-mailer.service", "outbox-mailer@.service", "outbox-mailer-webhooks.service"])
 def test_security_exposure_is_low(unit: str, tmp_path: Path) -> None:
     copy = checkable_copy(unit, tmp_path)
     result = subprocess.run(
@@ -137,6 +139,18 @@ def test_every_credential_names_a_secret_setting(unit: str) -> None:
     sources = [value.partition(":")[2] for value in directives(UNITS / unit)["LoadCredential"]]
     for source in sources:  # looked up in /etc/credstore etc.; a missing one is skipped
         assert not source.startswith("/"), source
+
+
+def test_the_webhook_receiver_unit_is_sandboxed_like_the_daemon_and_loads_only_secrets() -> None:
+    hook, daemon = directives(UNITS / "outbox-mailer-webhooks.service"), directives(UNITS / "outbox-mailer.service")
+    assert hook["ExecStart"] == ["/opt/outbox-mailer/venv/bin/outbox-mailer webhooks"]
+    assert hook["Type"] == ["notify"] and hook["RestartPreventExitStatus"] == ["2"]
+    sandbox = ("DynamicUser", "ProtectSystem", "ProtectHome", "NoNewPrivileges", "CapabilityBoundingSet",
+               "PrivateDevices", "RestrictAddressFamilies", "SystemCallFilter", "MemoryDenyWriteExecute",
+               "ProtectProc", "UMask", "PrivateUsers", "RestrictNamespaces", "LockPersonality")
+    assert {k: hook.get(k) for k in sandbox} == {k: daemon.get(k) for k in sandbox}
+    for credential in (v.partition(":")[0] for v in hook["LoadCredential"]):
+        assert "SecretStr" in str(setting_at(credential.split("__")).annotation), credential
 
 
 # ---- the example environment file ----------------------------------------------------------

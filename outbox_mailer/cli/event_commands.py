@@ -1,0 +1,187 @@
+"""After the send: webhooks (the event receiver), ingest-dsn, suppress, unsuppress, suppressions, events."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+from datetime import timedelta
+from typing import Any
+
+import anyio
+
+from ..clock import utc_now
+from ..config import Settings
+from ..errors import ConfigurationError, DatabaseError, NotFound
+from ..store import EventStore
+from ..suppression import REASONS, normal_address
+from .input import UsageError, duration
+from .output import EXIT_OK, emit
+
+log = logging.getLogger("outbox_mailer")
+EXIT_TEMPFAIL = 75  # sysexits EX_TEMPFAIL: the MTA keeps the bounce and pipes it again later
+
+
+async def _with_events(settings: Settings, action: Any) -> Any:
+    store = await EventStore.open(settings.require_database_url())
+    try:
+        return await action(store)
+    finally:
+        await store.close()
+
+
+def cmd_webhooks(args: argparse.Namespace, settings: Settings) -> int:
+    cfg = settings.webhooks
+    settings.require_database_url()
+    if cfg.address is None:
+        raise ConfigurationError("OUTBOX_MAILER_WEBHOOKS__ADDRESS is not set: where should the receiver listen?",
+                                 setting="OUTBOX_MAILER_WEBHOOKS__ADDRESS")
+    if not cfg.enabled():
+        raise ConfigurationError("no provider's webhook secret is set (for example "
+                                 "OUTBOX_MAILER_WEBHOOKS__RESEND__SECRET): the receiver would refuse everything")
+    # imported here for start-up time: starlette, uvicorn, prometheus_client serve this command alone
+    import httpx
+
+    from ..http_server import serve_http
+    from ..systemd import SystemdNotifier
+    from ..webhook_server import Receiver, build_app
+
+    async def go(store: EventStore) -> int:
+        await store.require_schema()
+        async with httpx.AsyncClient(trust_env=True, follow_redirects=False) as http:
+            receiver = Receiver(cfg, store, automatic_suppression=settings.suppression.automatic, http=http)
+            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                async with serve_http(build_app(receiver), cfg.address, setting="OUTBOX_MAILER_WEBHOOKS__ADDRESS") \
+                        as (host, port):
+                    log.info("webhooks listening on %s:%d for %s", host, port, ", ".join(sorted(receiver.enabled)))
+                    notifier = SystemdNotifier()
+                    notifier.notify("READY=1")
+                    async for signum in signals:
+                        log.info("received %s: stopping", signal.Signals(signum).name)
+                        notifier.notify("STOPPING=1")
+                        break
+        return EXIT_OK
+
+    return anyio.run(_with_events, settings, go)
+
+
+def cmd_ingest_dsn(args: argparse.Namespace, settings: Settings) -> int:
+    from ..delivery_events.dsn import parse_dsn
+    from ..event_intake import take_in
+
+    raw = sys.stdin.buffer.read(64 * 1024 * 1024 + 1)
+    events = parse_dsn(raw, utc_now())
+    if events is None:
+        log.info("ingest-dsn: not a delivery status notification (%d bytes); ignored", len(raw))
+        return EXIT_OK
+    if not events:
+        log.info("ingest-dsn: a delivery status notification without a usable recipient; ignored")
+        return EXIT_OK
+
+    async def go(store: EventStore) -> int:
+        intake = await take_in(store, events, automatic=settings.suppression.automatic)
+        log.info("ingest-dsn: %d event(s) recorded, %d already known, %d unmatched", intake.recorded,
+                 intake.duplicates, intake.unmatched)
+        return EXIT_OK
+
+    try:
+        return int(anyio.run(_with_events, settings, go))
+    except DatabaseError as exc:
+        print(f"outbox-mailer: ingest-dsn: {exc}; the MTA should retry", file=sys.stderr)
+        return EXIT_TEMPFAIL
+
+
+def _address(text: str) -> str:
+    try:
+        return normal_address(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def cmd_suppress(args: argparse.Namespace, settings: Settings) -> int:
+    expires = utc_now() + timedelta(seconds=args.expires_in) if args.expires_in is not None else None
+
+    async def go(store: EventStore) -> int:
+        row = await store.suppress(args.address, args.reason, "operator", expires)
+        emit(row) if args.json else print(f"suppressed {row['address']} ({row['reason']}"
+                                          + (f", until {expires.isoformat()})" if expires else ")"))
+        return EXIT_OK
+
+    return int(anyio.run(_with_events, settings, go))
+
+
+def cmd_unsuppress(args: argparse.Namespace, settings: Settings) -> int:
+    async def go(store: EventStore) -> int:
+        if not await store.unsuppress(args.address):
+            raise NotFound(f"{args.address} is not suppressed")
+        print(f"unsuppressed {args.address}")
+        return EXIT_OK
+
+    return int(anyio.run(_with_events, settings, go))
+
+
+def cmd_suppressions(args: argparse.Namespace, settings: Settings) -> int:
+    async def go(store: EventStore) -> int:
+        now = utc_now()
+        for row in await store.suppressions():
+            if args.json:
+                emit(row)
+                continue
+            expired = row["expires_at"] is not None and row["expires_at"] <= now
+            until = f"  until {row['expires_at'].isoformat()}" + (" (expired)" if expired else "") \
+                if row["expires_at"] else ""
+            print(f"{row['address']}  {row['reason']}  from {row['source']}  since {row['created_at'].isoformat()}"
+                  + until)
+        return EXIT_OK
+
+    return int(anyio.run(_with_events, settings, go))
+
+
+def cmd_events(args: argparse.Namespace, settings: Settings) -> int:
+    async def go(store: EventStore) -> int:
+        rows = await store.events_of(args.key)
+        if not rows and not await store.status([args.key]):
+            raise NotFound(f"no email with dedupe key {args.key!r}")
+        for row in rows:
+            if args.json:
+                emit(row)
+                continue
+            kind = row["kind"] + (f"/{row['bounce_class']}" if row["bounce_class"] else "")
+            when = (row["occurred_at"] or row["received_at"]).isoformat()
+            print(f"{when}  {row['provider']}  {kind}  {row['recipient'] or '-'}")
+        return EXIT_OK
+
+    return int(anyio.run(_with_events, settings, go))
+
+
+def register(sub: Any) -> None:
+    """Add webhooks, ingest-dsn, suppress, unsuppress, suppressions and events."""
+    p = sub.add_parser("webhooks", help="receive provider delivery events over HTTP until SIGTERM")
+    p.set_defaults(func=cmd_webhooks)
+
+    p = sub.add_parser("ingest-dsn", help="record one bounce message (RFC 3464) read from stdin, as an MTA pipes it")
+    p.set_defaults(func=cmd_ingest_dsn)
+
+    p = sub.add_parser("suppress", help="stop sending to an address")
+    p.add_argument("address", type=_address)
+    p.add_argument("--reason", choices=REASONS, default="manual")
+    p.add_argument("--expires-in", type=duration, metavar="DURATION", help="lift it after 90s, 15m, 1h, 7d...")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_suppress)
+
+    p = sub.add_parser("unsuppress", help="send to a suppressed address again")
+    p.add_argument("address", type=_address)
+    p.set_defaults(func=cmd_unsuppress)
+
+    p = sub.add_parser("suppressions", help="list suppressed addresses, newest first")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_suppressions)
+
+    p = sub.add_parser("events", help="one email's delivery events, oldest first")
+    p.add_argument("key", metavar="KEY")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_events)
+
+
+__all__ = ["EXIT_TEMPFAIL", "UsageError", "register"]

@@ -1,0 +1,93 @@
+"""Settings of the webhook receiver (``OUTBOX_MAILER_WEBHOOKS__...``) and of suppression.
+
+Each provider's route is enabled only when its secret is set; a provider left unset answers 404.
+Secrets come from the environment or from credential files named like the variables without the
+prefix (``webhooks__resend__secret``), as every other secret does.
+"""
+
+from __future__ import annotations
+
+import re
+
+from pydantic import BaseModel, ConfigDict, SecretStr, field_validator, model_validator
+
+from .config_checks import parse_listen_address
+
+FINITE = ConfigDict(allow_inf_nan=False)
+_ARN = re.compile(r"^arn:aws[a-z-]*:sns:[a-z0-9-]+:\d{12}:[A-Za-z0-9_.-]{1,256}$")
+
+
+class ResendWebhook(BaseModel):
+    secret: SecretStr | None = None  # the endpoint's Svix signing secret, whsec_...
+
+    @field_validator("secret")
+    @classmethod
+    def _secret(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and not value.get_secret_value().startswith("whsec_"):
+            raise ValueError("expected the signing secret Resend shows for the endpoint, starting with whsec_")
+        return value
+
+
+class PostmarkWebhook(BaseModel):
+    username: str | None = None  # the HTTP basic auth credentials set in the webhook's URL at Postmark
+    password: SecretStr | None = None
+
+    @model_validator(mode="after")
+    def _both(self) -> PostmarkWebhook:
+        if (self.username is None) != (self.password is None):
+            raise ValueError("set both USERNAME and PASSWORD, or neither")
+        return self
+
+
+class SendgridWebhook(BaseModel):
+    public_key: str | None = None  # the Signed Event Webhook's verification key (base64 DER, or PEM)
+
+
+class SesWebhook(BaseModel):
+    topic_arns: str | None = None  # comma-separated SNS topic ARNs whose notifications are accepted
+    # tests only: a regular expression for the host of SigningCertURL (default: sns.<region>.amazonaws.com)
+    certificate_host_pattern: str | None = None
+
+    @field_validator("topic_arns")
+    @classmethod
+    def _arns(cls, value: str | None) -> str | None:
+        if value is not None:
+            bad = [a for a in value.split(",") if not _ARN.match(a.strip())]
+            if bad or not value.strip():
+                raise ValueError(f"not an SNS topic ARN: {bad[0] if bad else value!r}")
+        return value
+
+    def arns(self) -> frozenset[str]:
+        return frozenset(a.strip() for a in (self.topic_arns or "").split(",") if a.strip())
+
+
+class MailgunWebhook(BaseModel):
+    signing_key: SecretStr | None = None  # the HTTP webhook signing key of the Mailgun account
+
+
+class WebhookSettings(BaseModel):
+    model_config = FINITE
+    address: str | None = None  # "host:port" the receiver listens on; `outbox-mailer webhooks` needs it
+    resend: ResendWebhook = ResendWebhook()
+    postmark: PostmarkWebhook = PostmarkWebhook()
+    sendgrid: SendgridWebhook = SendgridWebhook()
+    ses: SesWebhook = SesWebhook()
+    mailgun: MailgunWebhook = MailgunWebhook()
+
+    @field_validator("address")
+    @classmethod
+    def _address(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_listen_address(value)
+        return value
+
+    def enabled(self) -> list[str]:
+        """The providers whose route is on."""
+        on = {"resend": self.resend.secret is not None, "postmark": self.postmark.username is not None,
+              "sendgrid": self.sendgrid.public_key is not None, "ses": bool(self.ses.arns()),
+              "mailgun": self.mailgun.signing_key is not None}
+        return [name for name, is_on in on.items() if is_on]
+
+
+class SuppressionSettings(BaseModel):
+    automatic: bool = True  # hard bounces and complaints suppress their address (soft bounces never do)

@@ -1,0 +1,171 @@
+"""``outbox-mailer webhooks``: the HTTP receiver of provider events (Starlette on uvicorn).
+
+It faces the internet, so it runs apart from the daemon (its own command and systemd unit) and
+trusts nothing before the provider's own signature over the raw body checks out. Routes:
+``POST /webhooks/{resend,postmark,sendgrid,ses,mailgun}`` (404 unless that provider's secret is
+set), ``GET /healthz``, ``GET /metrics``.
+
+Answers: 413 for a body over 5 MiB (read no further), 401 for a bad or missing signature or
+credentials, a stale timestamp or a Mailgun token reused with another body, 400 for an authentic
+body of the wrong shape, 503 when the database cannot be reached (the provider retries later, and
+nothing is lost), 200 otherwise, unknown event types and events of no known row included (so the
+provider stops retrying). A provider's retry of an event already written gets 200 and writes
+nothing (events are unique on provider and event id; Svix retries reuse ``svix-id``).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+from prometheus_client import CollectorRegistry, Counter, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
+
+from .clock import utc_now
+from .delivery_events import mailgun, postmark, resend, sendgrid, ses
+from .delivery_events.model import MAX_BODY_BYTES, Received, TooLarge, Unauthenticated, WebhookRefused
+from .errors import DatabaseError
+from .event_intake import take_in
+from .event_settings import WebhookSettings
+from .store import EventStore
+
+log = logging.getLogger("outbox_mailer")
+CERTIFICATE_CACHE = 32  # SNS signing certificates kept, by URL
+FETCH_TIMEOUT_SECONDS = 10.0
+
+
+class Receiver:
+    """The app's state: settings, the store, the metrics, the SNS certificate cache."""
+
+    def __init__(self, settings: WebhookSettings, store: EventStore, *, automatic_suppression: bool,
+                 http: httpx.AsyncClient, clock: Callable[[], datetime] = utc_now) -> None:
+        self.settings, self.store, self.http, self.clock = settings, store, http, clock
+        self.automatic = automatic_suppression
+        self.enabled = set(settings.enabled())
+        pattern = settings.ses.certificate_host_pattern
+        self.cert_hosts = re.compile(pattern) if pattern else None
+        self._certificates: dict[str, bytes] = {}
+        self.registry = CollectorRegistry()
+        self.events = Counter("outbox_mailer_webhook_events", "Provider events recorded", ["provider", "kind"],
+                              registry=self.registry)
+        self.unmatched = Counter("outbox_mailer_webhook_unmatched_events", "Events that matched no row",
+                                 ["provider"], registry=self.registry)
+        self.refused = Counter("outbox_mailer_webhook_refused_requests",
+                               "Requests refused: bad signature (401), malformed (400), too large (413)",
+                               ["provider", "status"], registry=self.registry)
+        self.unavailable = Counter("outbox_mailer_webhook_unavailable_requests",
+                                   "Requests answered 503: the database could not be reached", ["provider"],
+                                   registry=self.registry)
+
+    async def certificate(self, url: str) -> bytes:
+        if url not in self._certificates:
+            try:
+                reply = await self.http.get(url, timeout=FETCH_TIMEOUT_SECONDS)
+                reply.raise_for_status()
+            except httpx.HTTPError as exc:
+                raise Unauthenticated(f"could not fetch the SNS signing certificate: {exc}") from None
+            if len(self._certificates) >= CERTIFICATE_CACHE:
+                self._certificates.pop(next(iter(self._certificates)))
+            self._certificates[url] = reply.content
+        return self._certificates[url]
+
+    async def verified(self, provider: str, headers: dict[str, str], body: bytes) -> Received:
+        """The provider's own scheme over the raw body, then its parser."""
+        cfg, now = self.settings, self.clock()
+        if provider == "resend":
+            resend.verify(headers, body, cfg.resend.secret.get_secret_value(), now)  # type: ignore[union-attr]
+            return resend.parse(body, headers["svix-id"])
+        if provider == "postmark":
+            postmark.verify(headers, body, cfg.postmark.username or "",
+                            cfg.postmark.password.get_secret_value())  # type: ignore[union-attr]
+            return postmark.parse(body)
+        if provider == "sendgrid":
+            sendgrid.verify(headers, body, cfg.sendgrid.public_key or "", now)
+            return sendgrid.parse(body)
+        if provider == "ses":
+            envelope = await ses.verify(body, cfg.ses.arns(), self.certificate, self.cert_hosts)
+            return ses.parse(envelope)
+        mailgun.verify(body, cfg.mailgun.signing_key.get_secret_value(), now)  # type: ignore[union-attr]
+        return mailgun.parse(body)
+
+    async def confirm_subscription(self, url: str) -> None:
+        parts = urlsplit(url)
+        if parts.scheme != "https" or not (self.cert_hosts or ses.SNS_CERT_HOST).fullmatch(parts.hostname or ""):
+            raise Unauthenticated("SubscribeURL is not an https URL on an Amazon SNS host")
+        try:
+            reply = await self.http.get(url, timeout=FETCH_TIMEOUT_SECONDS)
+            reply.raise_for_status()
+        except httpx.HTTPError as exc:
+            raise WebhookRefused(f"could not confirm the SNS subscription: {exc}") from None
+        log.info("confirmed the SNS subscription at %s", url.split("?", 1)[0])
+
+
+async def _body(request: Request) -> bytes:
+    length = request.headers.get("content-length")
+    if length is not None and length.isdigit() and int(length) > MAX_BODY_BYTES:
+        raise TooLarge(f"body of {length} bytes, over the limit of {MAX_BODY_BYTES}")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise TooLarge(f"body over the limit of {MAX_BODY_BYTES} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def _webhook(request: Request) -> Response:
+    receiver: Receiver = request.app.state.receiver
+    provider = request.path_params["provider"]
+    if provider not in receiver.enabled:
+        return PlainTextResponse("no such webhook here\n", status_code=404)
+    try:
+        body = await _body(request)
+        received = await receiver.verified(provider, {k.lower(): v for k, v in request.headers.items()}, body)
+        if received.replay_token is not None and not await receiver.store.remember_token(
+                provider, received.replay_token, body):
+            raise Unauthenticated("token already used with another body (a replay)")
+        if received.confirm_url is not None:
+            await receiver.confirm_subscription(received.confirm_url)
+        intake = await take_in(receiver.store, received.events, automatic=receiver.automatic)
+    except WebhookRefused as exc:
+        receiver.refused.labels(provider, str(exc.status)).inc()
+        log.warning("webhook %s refused with %d: %s", provider, exc.status, exc.reason)
+        return PlainTextResponse(exc.reason + "\n", status_code=exc.status)
+    except DatabaseError as exc:
+        receiver.unavailable.labels(provider).inc()
+        log.warning("webhook %s answered 503, the provider will retry: %s", provider, exc)
+        return PlainTextResponse("database unavailable, retry later\n", status_code=503,
+                                 headers={"retry-after": "30"})
+    for event in received.events:
+        receiver.events.labels(provider, event.kind.value).inc()
+    if intake.unmatched:
+        receiver.unmatched.labels(provider).inc(intake.unmatched)
+    return JSONResponse({"recorded": intake.recorded, "duplicates": intake.duplicates,
+                         "unmatched": intake.unmatched})
+
+
+async def _healthz(request: Request) -> Response:
+    return PlainTextResponse("ok\n")
+
+
+async def _metrics(request: Request) -> Response:
+    return Response(generate_latest(request.app.state.receiver.registry), media_type=CONTENT_TYPE_LATEST)
+
+
+def build_app(receiver: Receiver) -> Any:
+    app = Starlette(routes=[
+        Route("/webhooks/{provider}", _webhook, methods=["POST"]),
+        Route("/healthz", _healthz, methods=["GET"]),
+        Route("/metrics", _metrics, methods=["GET"]),
+    ])
+    app.state.receiver = receiver
+    return app
