@@ -12,9 +12,10 @@ import asyncpg
 import pytest
 
 from outbox_mailer.config import PruneSettings
+from outbox_mailer.delivery_events.model import BounceClass, Kind, ProviderEvent
 from outbox_mailer.grants import grant_statements
 from outbox_mailer.retention import prune
-from outbox_mailer.store import ClaimSession, Store
+from outbox_mailer.store import ClaimSession, EventStore, Store
 from tests.conftest import psql
 from tests.sql_store import SqlStore
 
@@ -72,6 +73,34 @@ async def test_daemon_role_can_claim_and_record(db_url: str, roles: tuple[str, s
         assert delivery.dedupe_key == "k1"
     finally:
         await session.close()
+
+
+async def test_the_daemon_role_records_events_suppresses_and_batches_and_the_app_may_ignore_suppressions(
+        db_url: str, roles: tuple[str, str]) -> None:
+    app, daemon = roles
+    store = await SqlStore.open(db_url)
+    await store.run_script(grant_statements(app, daemon))
+    await store.close()
+    app_store = await SqlStore.open(as_user(db_url, app))
+    try:
+        await app_store.execute("INSERT INTO email_deliveries (dedupe_key, to_addresses, subject, text_body, "
+                                "ignore_suppressions) VALUES ('k1', ARRAY['a@example.com'], 's', 'b', true)")
+        await app_store.fetch("SELECT kind FROM email_delivery_events")
+    finally:
+        await app_store.close()
+    events = await EventStore.open(as_user(db_url, daemon))
+    session = await ClaimSession.open(as_user(db_url, daemon))
+    try:
+        await events.suppress("b@example.com", "manual", "operator", None)
+        assert await events.remember_token("mailgun", "t", b"body")
+        event = ProviderEvent("resend", "e1", Kind.BOUNCED, "a@example.com", None, dedupe_key="k1",
+                              bounce_class=BounceClass.HARD)
+        assert (await events.record(event, ("a@example.com", "hard_bounce")))[1] is True
+        [delivery] = await session.claim_due(10, "w")
+        assert await session.open_batch("resend", "batch-key", [delivery]) is not None
+    finally:
+        await session.close()
+        await events.close()
 
 
 def test_grant_refuses_unsafe_role_names() -> None:
