@@ -97,7 +97,8 @@ class Daemon:
         self._db = DaemonSessions(self._url, on_notify=self.inflight.work_may_be_due, held_keys=self.inflight.keys,
                                   stopping=self._stopping, on_retry=self.liveness.beat)
         self.recorder = Recorder(self._db, self._stopping, self.inflight,
-                                 observer.recorded if observer is not None else None)
+                                 observer.recorded if observer is not None else None,
+                                 suppress_bad_mailboxes=settings.suppression.automatic)
         self.gates = build_gates(settings, self.transports)
         self.lanes = {name: Lane(name, t.max_parallel, getattr(t, "batch_limit", 0))
                       for name, t in self.transports.items()}

@@ -484,3 +484,26 @@ SELECT e.provider, e.provider_event_id, e.kind, e.bounce_class, e.recipient, e.o
 FROM email_delivery_events e JOIN email_deliveries d ON d.id = e.delivery_id
 WHERE d.dedupe_key = $1
 ORDER BY coalesce(e.occurred_at, e.received_at), e.id;
+
+-- name: record_refusals
+-- Our own permanent RCPT refusals about the mailbox (5.1.1 and the like: rows $1, attempts $2, recipients $3 in normal form $4, at $5, replies $6) as hard bounces: an event each (once), the row's delivery_event, and, when $7, the recipient suppressed.
+WITH refusal AS (
+    SELECT * FROM unnest($1::bigint[], $2::integer[], $3::text[], $4::text[], $5::timestamptz[], $6::text[])
+        AS r(delivery_id, attempt, recipient, address, at, reply)
+), event AS (
+    INSERT INTO email_delivery_events
+        (delivery_id, provider, provider_event_id, kind, bounce_class, recipient, occurred_at, detail)
+    SELECT delivery_id, 'smtp', 'rcpt:' || delivery_id || ':' || attempt || ':' || address, 'bounced', 'hard',
+           recipient, at, jsonb_build_object('reply', reply, 'source', 'RCPT TO refusal')
+    FROM refusal
+    ON CONFLICT (provider, provider_event_id) DO NOTHING
+    RETURNING delivery_id, occurred_at
+), latest AS (
+    UPDATE email_deliveries d SET delivery_event = 'bounced', delivery_event_at = e.at
+    FROM (SELECT delivery_id, max(occurred_at) AS at FROM event GROUP BY delivery_id) e
+    WHERE d.id = ANY ($1::bigint[]) AND d.id = e.delivery_id
+      AND (d.delivery_event_at IS NULL OR d.delivery_event_at <= e.at)
+)
+INSERT INTO email_suppressions (address, reason, source, delivery_id)
+SELECT DISTINCT ON (address) address, 'hard_bounce', 'smtp', delivery_id FROM refusal WHERE $7
+ON CONFLICT (address) DO NOTHING;

@@ -26,7 +26,9 @@ from .delivery import Status
 from .errors import DatabaseError, DatabaseUnavailable
 from .inflight import InFlight
 from .sessions import RECONNECT_MAX_SECONDS, DaemonSessions
+from .delivery_events.dsn import is_bad_mailbox
 from .store import OutcomeWrite
+from .suppression import normal_address
 
 log = logging.getLogger("outbox_mailer")
 
@@ -39,8 +41,10 @@ COUNTED = {Status.SENT: "sent", Status.FAILED: "failed", Status.PENDING: "retrie
 
 class Recorder:
     def __init__(self, db: DaemonSessions, stopping: anyio.Event, inflight: InFlight,
-                 observe: Callable[[OutcomeWrite, bool], None] | None = None) -> None:
+                 observe: Callable[[OutcomeWrite, bool], None] | None = None, *,
+                 suppress_bad_mailboxes: bool = True) -> None:
         self._db = db
+        self._suppress = suppress_bad_mailboxes  # OUTBOX_MAILER_SUPPRESSION__AUTOMATIC
         self._stopping = stopping
         self._inflight = inflight  # told after each batch from the stream (frees send slots)
         self._observe = observe  # called for every write, with whether it applied (metrics)
@@ -123,8 +127,26 @@ class Recorder:
                 delay = min(delay * 2, RECONNECT_MAX_SECONDS)
         if updated is not None and tries > 1:
             updated |= await self._committed_before(batch, updated)
+        if updated:
+            await self._bounced(batch, updated)
         for write in batch:
             self._log(write, updated is not None and write.delivery.id in updated)
+
+    async def _bounced(self, batch: Sequence[OutcomeWrite], updated: set[int]) -> None:
+        """Recipients refused for good at RCPT with a bad-mailbox code (5.1.1, 5.1.10...) count as hard
+        bounces, as a provider's event would: recorded, and suppressed. Best effort: the outcomes are
+        committed already, and a bounce lost here comes back on the next send to the address."""
+        refusals = [(w.delivery.id, w.attempt.attempt, r.address, address, w.attempt.finished_at,
+                     f"{r.reply_code} {r.message}")
+                    for w in batch if w.delivery.id in updated for r in w.attempt.refused
+                    if r.permanent and is_bad_mailbox(r.message.partition(" ")[0])
+                    and (address := _normal_or_none(r.address)) is not None]
+        if not refusals:
+            return
+        try:
+            await (await self._db.claim_session()).record_refusals(refusals, self._suppress)
+        except DatabaseError as exc:
+            log.warning("could not record %d bad-mailbox refusals as bounces: %s", len(refusals), exc)
 
     async def _committed_before(self, batch: Sequence[OutcomeWrite], updated: set[int]) -> set[int]:
         """After a retried write: rows the fence refused because an earlier try had committed
@@ -156,3 +178,10 @@ class Recorder:
         log.log(level, "%s key=%s attempt=%d transport=%s outcome=%s code=%s%s%s", t.status.value, d.dedupe_key,
                 a.attempt, a.transport, a.outcome, a.reply_code or "-", extra,
                 f" error={a.error!r}" if a.error and t.status is not Status.SENT else "")
+
+
+def _normal_or_none(address: str) -> str | None:
+    try:
+        return normal_address(address)
+    except ValueError:
+        return None

@@ -204,6 +204,17 @@ class ClaimSession:
             await self.release_locks([w.delivery.dedupe_key for w in writes])
         return {r["id"] for r in rows}
 
+    async def record_refusals(self, refusals: Sequence[tuple[int, int, str, str, datetime, str]],
+                              suppress: bool) -> None:
+        """Our own permanent RCPT refusals about the mailbox, as hard bounces (row id, attempt,
+        recipient, its normal form, when, reply); ``suppress``: suppress those addresses too."""
+        if not refusals:
+            return
+        columns = [list(c) for c in zip(*refusals, strict=True)]
+        async with self._lock:
+            with translate_errors():
+                await self._conn.execute(sql("record_refusals"), *columns, suppress)
+
     async def release_locks(self, keys: Sequence[str]) -> int:
         """Unlock these keys once each (their outcomes are committed); returns how many were held."""
         if not keys:

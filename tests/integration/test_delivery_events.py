@@ -146,3 +146,25 @@ async def test_the_daemon_fails_a_wholly_suppressed_row_unsent_and_leaves_a_supp
     sent = await store.fetch("SELECT message_id FROM email_deliveries WHERE dedupe_key = 'one-suppressed'")
     ids = {email.message_from_bytes(m.data, policy=email.policy.default)["Message-ID"] for m in smtp_server.accepted}
     assert sent[0]["message_id"] in ids, "the row keeps the Message-ID it was sent with"
+
+
+async def test_our_own_bad_mailbox_refusal_is_a_hard_bounce_that_suppresses_and_another_refusal_is_not(
+        running, store: SqlStore, events: EventStore, smtp_server) -> None:  # type: ignore[no-untyped-def]
+    smtp_server.fail("RCPT", "550 5.1.1 <nobody@example.com>: Recipient address rejected: User unknown",
+                     address="nobody@example.com")
+    smtp_server.fail("RCPT", "550 5.2.1 <blocked@example.com>: mailbox disabled, not accepting messages",
+                     address="blocked@example.com")
+    await insert(store, "unknown-user", to_addresses=["Nobody <nobody@example.com>"])
+    await insert(store, "partly", to_addresses=["here@example.com"], cc_addresses=["nobody@example.com"])
+    await insert(store, "policy", to_addresses=["blocked@example.com"])
+    r = await running()
+    rows = await r.final("unknown-user", "partly", "policy")
+    assert rows["unknown-user"]["status"] == "failed" and rows["partly"]["status"] == "sent"
+    [s] = await events.suppressions()
+    assert (s["address"], s["reason"], s["source"]) == ("nobody@example.com", "hard_bounce", "smtp")
+    kinds = {key: [(e["kind"], e["bounce_class"], e["recipient"]) for e in await events.events_of(key)]
+             for key in ("unknown-user", "partly", "policy")}
+    assert kinds == {"unknown-user": [("bounced", "hard", "nobody@example.com")],
+                     "partly": [("bounced", "hard", "nobody@example.com")], "policy": []}
+    [d] = await store.fetch("SELECT delivery_event FROM email_deliveries WHERE dedupe_key = 'unknown-user'")
+    assert d["delivery_event"] == "bounced"
