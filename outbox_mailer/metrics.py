@@ -43,6 +43,7 @@ from starlette.routing import Route
 
 from .config import Settings
 from .delivery import OutcomeKind, Status
+from .suppression import SUPPRESSED
 from .errors import ConfigurationError, DatabaseError
 from .http_server import serve_http
 from .store import OutcomeWrite, Store
@@ -100,6 +101,8 @@ class Metrics:
                                  registry=r)
         self.claims_lost = Counter("outbox_mailer_claims_lost", "Outcomes not applied: the row's claim had "
                                    "changed (should stay 0)", registry=r)
+        self.suppressed = Counter("outbox_mailer_emails_suppressed", "Rows failed unsent because every "
+                                  "recipient is suppressed", by_transport, registry=r)
         self.send_duration = Histogram("outbox_mailer_send_duration_seconds", "Duration of one attempt, claim to "
                                        "outcome, by transport and attempt outcome", ["transport", "outcome"],
                                        buckets=LATENCY_BUCKETS, registry=r)
@@ -152,6 +155,8 @@ class Metrics:
                    Status.IN_DOUBT: self.in_doubt}.get(transition.status)
         if counter is not None:
             counter.labels(transport).inc()
+        if transition.status is Status.FAILED and (transition.last_error or "").startswith(SUPPRESSED):
+            self.suppressed.labels(transport).inc()
 
     # ---- health, from the last snapshot ------------------------------------------
 

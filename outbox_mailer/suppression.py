@@ -25,6 +25,7 @@ from .delivery import Delivery, Outcome, RefusedRecipient
 
 _IN_BRACKETS = re.compile(r"<([^<>]*)>\s*$")
 REASONS = ("hard_bounce", "complaint", "unsubscribe", "manual")
+SUPPRESSED = "suppressed: "  # how last_error starts for a row failed because every recipient is suppressed
 
 
 def normal_address(raw: str) -> str:
@@ -92,7 +93,7 @@ def screen(delivery: Delivery) -> Screened:
         return Screened(delivery, None, ())
     if not kept:
         text = "; ".join(s.describe() for s in dropped)
-        return Screened(delivery, Outcome.unsendable(f"suppressed: {text}"), ())
+        return Screened(delivery, Outcome.unsendable(SUPPRESSED + text), ())
     notes = tuple(RefusedRecipient(s.address, None, f"suppressed: {s.reason} since {s.since}") for s in dropped)
     return Screened(dataclasses.replace(delivery, retry_recipients=tuple(_addr_spec(r) for r in kept)), None, notes)
 
