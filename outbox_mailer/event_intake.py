@@ -3,8 +3,9 @@
 Each event is matched to its row and written once (``EventStore.record``). A hard bounce or a
 complaint suppresses its recipient when ``OUTBOX_MAILER_SUPPRESSION__AUTOMATIC`` is on (the
 default); soft and undetermined bounces, delays and unsubscribes never do. A bounce that came as a
-DSN (provider ``smtp``) suppresses only when it matched one of our rows, since anyone can mail
-the bounce address.
+DSN (provider ``smtp``) counts (suppresses, sets ``delivery_event``) only when it matched one of
+our rows and names one of that row's recipients: anyone can mail the bounce address, quoting the
+Message-ID of an email they received.
 """
 
 from __future__ import annotations
@@ -27,18 +28,22 @@ class Intake:
     unmatched: int = 0  # new, but no row of ours
 
 
-def suppression_for(event: ProviderEvent, automatic: bool) -> tuple[str, str] | None:
-    """(normal address, reason) this event suppresses, or None."""
-    if not automatic or event.recipient is None:
+def suppression_for(event: ProviderEvent, automatic: bool) -> str | None:
+    """The reason this event suppresses its recipient for, or None."""
+    if not automatic:
         return None
     if event.kind is Kind.BOUNCED and event.bounce_class is BounceClass.HARD:
-        reason = "hard_bounce"
-    elif event.kind is Kind.COMPLAINED:
-        reason = "complaint"
-    else:
+        return "hard_bounce"
+    if event.kind is Kind.COMPLAINED:
+        return "complaint"
+    return None
+
+
+def _normal_recipient(event: ProviderEvent) -> str | None:
+    if event.recipient is None:
         return None
     try:
-        return normal_address(event.recipient), reason
+        return normal_address(event.recipient)
     except ValueError:
         log.warning("%s event %s: recipient %r is not an address; nothing suppressed", event.provider,
                     event.provider_event_id, event.recipient)
@@ -49,7 +54,9 @@ async def take_in(store: EventStore, events: Sequence[ProviderEvent], *, automat
     """Record every event (a DatabaseError is raised: the caller answers 503 or exits 75)."""
     intake = Intake()
     for event in events:
-        delivery_id, new = await store.record(event, suppression_for(event, automatic))
+        recipient = _normal_recipient(event)
+        reason = suppression_for(event, automatic) if recipient is not None else None
+        delivery_id, new = await store.record(event, recipient, reason)
         if not new:
             intake.duplicates += 1
             continue

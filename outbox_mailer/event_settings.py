@@ -36,11 +36,22 @@ class PostmarkWebhook(BaseModel):
     def _both(self) -> PostmarkWebhook:
         if (self.username is None) != (self.password is None):
             raise ValueError("set both USERNAME and PASSWORD, or neither")
+        if self.username is not None and not (self.username and self.password.get_secret_value()):  # type: ignore[union-attr]
+            raise ValueError("USERNAME and PASSWORD must not be empty")
         return self
 
 
 class SendgridWebhook(BaseModel):
     public_key: str | None = None  # the Signed Event Webhook's verification key (base64 DER, or PEM)
+
+    @field_validator("public_key")
+    @classmethod
+    def _key(cls, value: str | None) -> str | None:
+        if value is not None:
+            from .delivery_events.sendgrid import load_public_key  # cryptography: only when it is set
+
+            load_public_key(value)  # ValueError: not a P-256 public key
+        return value
 
 
 class SesWebhook(BaseModel):
@@ -63,6 +74,13 @@ class SesWebhook(BaseModel):
 
 class MailgunWebhook(BaseModel):
     signing_key: SecretStr | None = None  # the HTTP webhook signing key of the Mailgun account
+
+    @field_validator("signing_key")
+    @classmethod
+    def _key(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and not value.get_secret_value().strip():
+            raise ValueError("empty: set the signing key Mailgun shows, or leave the setting out")
+        return value
 
 
 class WebhookSettings(BaseModel):

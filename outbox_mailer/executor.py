@@ -140,6 +140,7 @@ class Executor:
             # cut off by the grace period: the row stays 'sending' for the rescuer
             log.warning("abandoned key=%s attempt=%d: cancelled during the send", delivery.dedupe_key,
                         delivery.attempts)
+            self._dropped.pop(delivery.id, None)
             self._inflight.abandon(delivery)
             raise
         except Exception as exc:  # a poison row must not stop the daemon
@@ -215,6 +216,7 @@ class Executor:
         except anyio.get_cancelled_exc_class():
             log.warning("abandoned %d batch members: cancelled during the send", len(members))
             for delivery in members:
+                self._dropped.pop(delivery.id, None)
                 self._inflight.abandon(delivery)
             raise
         except Exception as exc:  # a poison batch must not stop the daemon
@@ -259,7 +261,8 @@ class Executor:
             outcome = result if isinstance(result, Outcome) else Outcome.ambiguous(reason)
             attempts.append((delivery, AttemptRecord(delivery.attempts, started, finished, OutcomeKind.AMBIGUOUS,
                                                      outcome.reply_code, outcome.enhanced_code, outcome.error, name,
-                                                     self.worker, message_id=message.message_id)))
+                                                     self.worker, message_id=message.message_id,
+                                                     refused=self._dropped.pop(delivery.id, ()))))
             self._inflight.abandon(delivery)
         if self._ledger is not None:
             await self._ledger.give_up(members, attempts)

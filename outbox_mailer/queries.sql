@@ -430,22 +430,28 @@ SELECT coalesce(
     (SELECT d.id FROM email_deliveries d WHERE $3::text IS NOT NULL AND d.dedupe_key = $3)) AS delivery_id;
 
 -- name: record_event
--- Write one event once (unique on provider $2 and event id $3); when it is new, make it the row's delivery_event if it is the latest such, and suppress address $9 for reason $10 (null: suppress nothing; an address already suppressed keeps its first reason). Returns whether it was new.
+-- Write one event once (unique on provider $2 and event id $3); when it is new, make it the row's delivery_event if it is the latest such, and suppress $9 (the recipient's normal form) for reason $10 (null: suppress nothing; an address already suppressed keeps its first reason). A bounce by mail (provider 'smtp') counts only for a recipient of the row it matched: anyone who got one of our emails could quote its Message-ID in a forged bounce. Returns whether it was new.
 WITH event AS (
     INSERT INTO email_delivery_events
         (delivery_id, provider, provider_event_id, kind, bounce_class, recipient, occurred_at, detail)
     VALUES ($1, $2, $3, $4, $5, $6, $7, $8::text::jsonb)
     ON CONFLICT (provider, provider_event_id) DO NOTHING
     RETURNING delivery_id, kind, coalesce(occurred_at, received_at) AS at
+), trusted AS (
+    SELECT e.* FROM event e
+    WHERE $2 <> 'smtp' OR EXISTS (
+        SELECT 1 FROM email_deliveries d,
+             unnest(d.to_addresses || coalesce(d.cc_addresses, '{}') || coalesce(d.bcc_addresses, '{}')) AS r
+        WHERE d.id = e.delivery_id AND outbox_mailer_suppression_address(r) = $9::text)
 ), latest AS (
     UPDATE email_deliveries d SET delivery_event = e.kind, delivery_event_at = e.at
-    FROM event e
+    FROM trusted e
     WHERE d.id = e.delivery_id AND e.kind IN ('delivered', 'delayed', 'bounced', 'complained')
       AND (d.delivery_event_at IS NULL OR d.delivery_event_at <= e.at)
 ), suppressed AS (
     INSERT INTO email_suppressions (address, reason, source, delivery_id)
-    SELECT $9, $10, $2, e.delivery_id FROM event e
-    WHERE $9::text IS NOT NULL AND (e.delivery_id IS NOT NULL OR $2 <> 'smtp')  -- a DSN: only when it is ours
+    SELECT $9, $10, $2, e.delivery_id FROM trusted e
+    WHERE $10::text IS NOT NULL AND (e.delivery_id IS NOT NULL OR $2 <> 'smtp')
     ON CONFLICT (address) DO NOTHING
 )
 SELECT EXISTS (SELECT 1 FROM event) AS new;

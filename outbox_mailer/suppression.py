@@ -7,8 +7,8 @@ domain in its Unicode form (an ``xn--`` domain is decoded, so ``zoë@exämple.co
 ``zoë@xn--exmple-cua.com`` are one address). Providers compare case-insensitively too.
 
 A row whose every recipient is suppressed fails without a network call, ``last_error``
-starting with ``suppressed:``; otherwise its suppressed recipients are left out of the envelope
-and written on the attempt. A row with ``ignore_suppressions`` is never screened (the claim
+starting with ``suppressed:``; otherwise its suppressed recipients are left out of the message
+(its To, Cc and Bcc, so no transport sends to them) and written on the attempt. A row with ``ignore_suppressions`` is never screened (the claim
 returns nothing for it).
 """
 
@@ -75,27 +75,31 @@ class Screened:
 
 
 def screen(delivery: Delivery) -> Screened:
-    """Take the recipients the claim found suppressed (``delivery.suppressed``) out of the row."""
+    """Take the recipients the claim found suppressed (``delivery.suppressed``) out of the row: out
+    of its To, Cc and Bcc (every transport builds its request from them: an API provider's fields
+    as much as the SMTP envelope), and out of the recipients a partial retry still owes."""
     if not delivery.suppressed:
         return Screened(delivery, None, ())
     by_key = {s.address: s for s in map(Suppressed.parse, delivery.suppressed)}
     owed = delivery.retry_recipients
-    recipients = owed if owed is not None else (*delivery.to_addresses, *delivery.cc_addresses,
+    candidates = owed if owed is not None else (*delivery.to_addresses, *delivery.cc_addresses,
                                                 *delivery.bcc_addresses)
-    kept, dropped = [], []
-    for raw in recipients:
-        hit = by_key.get(_key(raw))
-        if hit is None:
-            kept.append(raw)
-        else:
-            dropped.append(hit)
+    dropped = list({hit.address: hit for raw in candidates if (hit := by_key.get(_key(raw)))}.values())
     if not dropped:
         return Screened(delivery, None, ())
-    if not kept:
+    kept = [raw for raw in candidates if _key(raw) not in by_key]
+    to, cc, bcc = ([a for a in field if _key(a) not in by_key]
+                   for field in (delivery.to_addresses, delivery.cc_addresses, delivery.bcc_addresses))
+    if not to and cc:
+        to, cc = cc[:1], cc[1:]  # a message needs a To: the first Cc takes the place
+    if not kept or not to:  # nobody left, or Bcc alone, which no header may name
         text = "; ".join(s.describe() for s in dropped)
         return Screened(delivery, Outcome.unsendable(SUPPRESSED + text), ())
     notes = tuple(RefusedRecipient(s.address, None, f"suppressed: {s.reason} since {s.since}") for s in dropped)
-    return Screened(dataclasses.replace(delivery, retry_recipients=tuple(_addr_spec(r) for r in kept)), None, notes)
+    screened = dataclasses.replace(
+        delivery, to_addresses=tuple(to), cc_addresses=tuple(cc), bcc_addresses=tuple(bcc),
+        retry_recipients=tuple(_addr_spec(r) for r in kept) if owed is not None else None)
+    return Screened(screened, None, notes)
 
 
 def _addr_spec(raw: str) -> str:

@@ -7,8 +7,8 @@ set), ``GET /healthz``, ``GET /metrics``.
 
 Answers: 413 for a body over 5 MiB (read no further), 401 for a bad or missing signature or
 credentials, a stale timestamp or a Mailgun token reused with another body, 400 for an authentic
-body of the wrong shape, 503 when the database cannot be reached (the provider retries later, and
-nothing is lost), 200 otherwise, unknown event types and events of no known row included (so the
+body of the wrong shape, 503 when the database (or SNS's signing certificate) cannot be reached
+(the provider retries later, and nothing is lost), 200 otherwise, unknown event types and events of no known row included (so the
 provider stops retrying). A provider's retry of an event already written gets 200 and writes
 nothing (events are unique on provider and event id; Svix retries reuse ``svix-id``).
 """
@@ -32,7 +32,14 @@ from starlette.routing import Route
 
 from .clock import utc_now
 from .delivery_events import mailgun, postmark, resend, sendgrid, ses
-from .delivery_events.model import MAX_BODY_BYTES, Received, TooLarge, Unauthenticated, WebhookRefused
+from .delivery_events.model import (
+    MAX_BODY_BYTES,
+    Received,
+    TooLarge,
+    Unauthenticated,
+    Unavailable,
+    WebhookRefused,
+)
 from .errors import DatabaseError
 from .event_intake import take_in
 from .event_settings import WebhookSettings
@@ -63,7 +70,8 @@ class Receiver:
                                "Requests refused: bad signature (401), malformed (400), too large (413)",
                                ["provider", "status"], registry=self.registry)
         self.unavailable = Counter("outbox_mailer_webhook_unavailable_requests",
-                                   "Requests answered 503: the database could not be reached", ["provider"],
+                                   "Requests answered 503: the database or SNS's certificate could not be reached",
+                                   ["provider"],
                                    registry=self.registry)
 
     async def certificate(self, url: str) -> bytes:
@@ -71,8 +79,8 @@ class Receiver:
             try:
                 reply = await self.http.get(url, timeout=FETCH_TIMEOUT_SECONDS)
                 reply.raise_for_status()
-            except httpx.HTTPError as exc:
-                raise Unauthenticated(f"could not fetch the SNS signing certificate: {exc}") from None
+            except httpx.HTTPError as exc:  # not the sender's fault: SNS retries a 5xx
+                raise Unavailable(f"could not fetch the SNS signing certificate: {exc}") from None
             if len(self._certificates) >= CERTIFICATE_CACHE:
                 self._certificates.pop(next(iter(self._certificates)))
             self._certificates[url] = reply.content
@@ -136,21 +144,26 @@ async def _webhook(request: Request) -> Response:
         if received.confirm_url is not None:
             await receiver.confirm_subscription(received.confirm_url)
         intake = await take_in(receiver.store, received.events, automatic=receiver.automatic)
+    except Unavailable as exc:
+        return _retry_later(receiver, provider, exc.reason)
     except WebhookRefused as exc:
         receiver.refused.labels(provider, str(exc.status)).inc()
         log.warning("webhook %s refused with %d: %s", provider, exc.status, exc.reason)
         return PlainTextResponse(exc.reason + "\n", status_code=exc.status)
     except DatabaseError as exc:
-        receiver.unavailable.labels(provider).inc()
-        log.warning("webhook %s answered 503, the provider will retry: %s", provider, exc)
-        return PlainTextResponse("database unavailable, retry later\n", status_code=503,
-                                 headers={"retry-after": "30"})
+        return _retry_later(receiver, provider, f"database unavailable: {exc}")
     for event in received.events:
         receiver.events.labels(provider, event.kind.value).inc()
     if intake.unmatched:
         receiver.unmatched.labels(provider).inc(intake.unmatched)
     return JSONResponse({"recorded": intake.recorded, "duplicates": intake.duplicates,
                          "unmatched": intake.unmatched})
+
+
+def _retry_later(receiver: Receiver, provider: str, reason: str) -> Response:
+    receiver.unavailable.labels(provider).inc()
+    log.warning("webhook %s answered 503, the provider will retry: %s", provider, reason)
+    return PlainTextResponse("unavailable, retry later\n", status_code=503, headers={"retry-after": "30"})
 
 
 async def _healthz(request: Request) -> Response:

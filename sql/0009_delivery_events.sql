@@ -15,8 +15,9 @@
 --    events are matched to rows through these rows, which the hot path only inserts.
 -- 3. email_delivery_events: one row per provider event, unique on (provider, provider_event_id),
 --    so a provider retrying a webhook writes nothing twice.
--- 4. email_suppressions: one row per address (normalised by the daemon: lower case, domain in
---    its ASCII form), reason hard_bounce | complaint | unsubscribe | manual.
+-- 4. email_suppressions: one row per address (normalised by the daemon: lower case, Unicode
+--    normal form C, an internationalised domain in its Unicode form), reason hard_bounce |
+--    complaint | unsubscribe | manual.
 -- 5. email_webhook_tokens: Mailgun tokens seen, so a token reused for another body is refused.
 
 ALTER TABLE email_deliveries
@@ -64,7 +65,7 @@ CREATE INDEX email_delivery_events_delivery_idx ON email_delivery_events (delive
 CREATE INDEX email_delivery_events_received_idx ON email_delivery_events (received_at);
 
 CREATE TABLE email_suppressions (
-    address     text        PRIMARY KEY,  -- normalised: lower case, IDN domain in its ASCII (A-label) form
+    address     text        PRIMARY KEY,  -- normalised: lower case, NFC, IDN domain in its Unicode form
     reason      text        NOT NULL,
     source      text        NOT NULL,     -- "resend", "smtp", "operator", ...
     delivery_id bigint      REFERENCES email_deliveries (id) ON DELETE SET NULL,
@@ -75,6 +76,8 @@ CREATE TABLE email_suppressions (
     CONSTRAINT email_suppressions_address_normalised
         CHECK (address = lower(address) AND address LIKE '%_@_%' AND address !~ '[<>[:space:]]')
 );
+-- prune deletes rows of email_deliveries: their suppressions' delivery_id is set null through this
+CREATE INDEX email_suppressions_delivery_idx ON email_suppressions (delivery_id) WHERE delivery_id IS NOT NULL;
 
 CREATE TABLE email_webhook_tokens (
     provider    text        NOT NULL,

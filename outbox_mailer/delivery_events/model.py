@@ -5,7 +5,8 @@ Refusals (each maps to the HTTP status the receiver answers, nothing written)::
     WebhookRefused            status
      ├── Unauthenticated      401: signature, credentials or timestamp wrong or missing
      ├── Malformed            400: authentic, but not a body of the provider's documented shape
-     └── TooLarge             413: a body over MAX_BODY_BYTES (checked before verification)
+     ├── TooLarge             413: a body over MAX_BODY_BYTES (checked before verification)
+     └── Unavailable          503: what the check needs cannot be had now (SNS's certificate): retry later
 
 An authentic body whose event types are unknown is not refused: its module returns no event for
 them (the receiver answers 200, so the provider stops retrying).
@@ -92,3 +93,7 @@ class Malformed(WebhookRefused):
 
 class TooLarge(WebhookRefused):
     status = 413
+
+
+class Unavailable(WebhookRefused):
+    status = 503

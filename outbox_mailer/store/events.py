@@ -15,11 +15,13 @@ from .admin import Store
 class EventStore(Store):
     """Events in, suppressions in and out; a small pool, like :class:`Store`."""
 
-    async def record(self, event: ProviderEvent, suppress: tuple[str, str] | None) -> tuple[int | None, bool]:
-        """Match the event to its row and write it once. ``suppress``: (normal address, reason) to
-        suppress when the event is new. Returns the matched row id (None: unmatched) and whether
-        the event was new (a provider's retry of one already written is not)."""
-        address, reason = suppress if suppress is not None else (None, None)
+    async def record(self, event: ProviderEvent, recipient: str | None,
+                     suppress_for: str | None) -> tuple[int | None, bool]:
+        """Match the event to its row and write it once. ``recipient``: its recipient's normal
+        form; ``suppress_for``: the reason to suppress it for when the event is new (None: do not).
+        Returns the matched row id (None: unmatched) and whether the event was new (a provider's
+        retry of one already written is not)."""
+        address, reason = recipient, suppress_for
         async with self._conn() as conn, conn.transaction():
             delivery_id = await conn.fetchval(sql("match_delivery"), event.provider_message_id, event.message_id,
                                               event.dedupe_key)

@@ -60,10 +60,10 @@ async def test_an_event_is_matched_by_provider_id_then_message_id_then_dedupe_ke
     a = await send_one(db_url, store, "a", "prov-a")
     b = await send_one(db_url, store, "b", "prov-b")
     assert (await row(store, a))["message_id"] == "<a@example.com>", "the first attempt writes the row's Message-ID"
-    assert await events.record(event("e1", provider_message_id="prov-a"), None) == (a, True)
-    assert await events.record(event("e2", message_id="<b@example.com>"), None) == (b, True)
-    assert await events.record(event("e3", dedupe_key="a1"), None) == (a, True)
-    assert await events.record(event("e4", provider_message_id="nobody", message_id="<x@y>"), None) == (None, True)
+    assert await events.record(event("e1", provider_message_id="prov-a"), "a@example.com", None) == (a, True)
+    assert await events.record(event("e2", message_id="<b@example.com>"), "a@example.com", None) == (b, True)
+    assert await events.record(event("e3", dedupe_key="a1"), "a@example.com", None) == (a, True)
+    assert await events.record(event("e4", provider_message_id="nobody", message_id="<x@y>"), "a@example.com", None) == (None, True)
     [unmatched] = await store.fetch("SELECT delivery_id FROM email_delivery_events WHERE provider_event_id = 'e4'")
     assert unmatched["delivery_id"] is None
 
@@ -71,17 +71,17 @@ async def test_an_event_is_matched_by_provider_id_then_message_id_then_dedupe_ke
 async def test_a_provider_retry_writes_nothing_twice_and_only_the_latest_event_shows(
         db_url: str, store: SqlStore, events: EventStore) -> None:
     a = await send_one(db_url, store, "a", "prov-a")
-    assert await events.record(event("e1", Kind.DELIVERED, at=T0, provider_message_id="prov-a"), None) == (a, True)
-    assert await events.record(event("e1", Kind.DELIVERED, at=T0, provider_message_id="prov-a"), None) == (a, False)
+    assert await events.record(event("e1", Kind.DELIVERED, at=T0, provider_message_id="prov-a"), "a@example.com", None) == (a, True)
+    assert await events.record(event("e1", Kind.DELIVERED, at=T0, provider_message_id="prov-a"), "a@example.com", None) == (a, False)
     # an older event arriving late does not hide the newer one
-    await events.record(event("e0", Kind.DELAYED, at=T0 - timedelta(minutes=5), provider_message_id="prov-a"), None)
+    await events.record(event("e0", Kind.DELAYED, at=T0 - timedelta(minutes=5), provider_message_id="prov-a"), "a@example.com", None)
     r = await row(store, a)
     assert (r["delivery_event"], r["delivery_event_at"]) == ("delivered", T0)
-    await events.record(event("e2", Kind.COMPLAINED, at=T0 + timedelta(hours=1), provider_message_id="prov-a"), None)
+    await events.record(event("e2", Kind.COMPLAINED, at=T0 + timedelta(hours=1), provider_message_id="prov-a"), "a@example.com", None)
     assert (await row(store, a))["delivery_event"] == "complained"
     # kinds outside delivery_event's vocabulary are kept as events only
     await events.record(event("e3", Kind.UNSUBSCRIBED, at=T0 + timedelta(hours=2), provider_message_id="prov-a"),
-                        None)
+                        "a@example.com", None)
     assert (await row(store, a))["delivery_event"] == "complained"
     assert [e["provider_event_id"] for e in await events.events_of("a1")] == ["e0", "e1", "e2", "e3"]
     [n] = await store.fetch("SELECT count(*) AS n FROM email_delivery_events")
@@ -91,7 +91,7 @@ async def test_a_provider_retry_writes_nothing_twice_and_only_the_latest_event_s
 async def test_a_new_event_suppresses_once_and_the_next_claim_sees_it(
         db_url: str, store: SqlStore, events: EventStore) -> None:
     a = await send_one(db_url, store, "a", "prov-a")
-    await events.record(event("b1", Kind.BOUNCED, provider_message_id="prov-a"), ("a@example.com", "hard_bounce"))
+    await events.record(event("b1", Kind.BOUNCED, provider_message_id="prov-a"), "a@example.com", "hard_bounce")
     [s] = await events.suppressions()
     assert (s["address"], s["reason"], s["source"], s["delivery_id"]) == ("a@example.com", "hard_bounce", "resend", a)
     await store.execute("INSERT INTO email_deliveries (dedupe_key, to_addresses, cc_addresses, subject, text_body) "
@@ -168,3 +168,17 @@ async def test_our_own_bad_mailbox_refusal_is_a_hard_bounce_that_suppresses_and_
                      "partly": [("bounced", "hard", "nobody@example.com")], "policy": []}
     [d] = await store.fetch("SELECT delivery_event FROM email_deliveries WHERE dedupe_key = 'unknown-user'")
     assert d["delivery_event"] == "bounced"
+
+
+async def test_a_bounce_by_mail_counts_only_for_a_recipient_of_the_row_it_quotes(
+        db_url: str, store: SqlStore, events: EventStore) -> None:
+    a = await send_one(db_url, store, "a", "prov-a")  # to a@example.com, Message-ID <a@example.com>
+    forged = ProviderEvent(provider="smtp", provider_event_id="dsn-1", kind=Kind.BOUNCED, recipient="victim@example.com",
+                           occurred_at=T0, message_id="<a@example.com>", bounce_class=BounceClass.HARD)
+    assert await events.record(forged, "victim@example.com", "hard_bounce") == (a, True)
+    assert await events.suppressions() == [], "a forged bounce quoting a real Message-ID suppresses nobody"
+    assert (await row(store, a))["delivery_event"] is None
+    real = dataclasses.replace(forged, provider_event_id="dsn-2", recipient="A@Example.com")
+    assert await events.record(real, "a@example.com", "hard_bounce") == (a, True)
+    assert [s["address"] for s in await events.suppressions()] == ["a@example.com"]
+    assert (await row(store, a))["delivery_event"] == "bounced"

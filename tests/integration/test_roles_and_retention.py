@@ -95,7 +95,7 @@ async def test_the_daemon_role_records_events_suppresses_and_batches_and_the_app
         assert await events.remember_token("mailgun", "t", b"body")
         event = ProviderEvent("resend", "e1", Kind.BOUNCED, "a@example.com", None, dedupe_key="k1",
                               bounce_class=BounceClass.HARD)
-        assert (await events.record(event, ("a@example.com", "hard_bounce")))[1] is True
+        assert (await events.record(event, "a@example.com", "hard_bounce"))[1] is True
         [delivery] = await session.claim_due(10, "w")
         assert await session.open_batch("resend", "batch-key", [delivery]) is not None
     finally:

@@ -152,3 +152,21 @@ async def test_the_receiver_answers_503_while_the_database_is_gone(receiver: tup
     body = resend_event("email.delivered", "re_1")
     r = await post(url, "/webhooks/resend", body, svix_headers(body, "m503"))
     assert r.status_code == 503 and r.headers["retry-after"]
+
+
+async def test_an_sns_certificate_that_cannot_be_fetched_gets_503_so_sns_retries(db_url: str) -> None:
+    arn = "arn:aws:sns:eu-west-1:123456789012:ses-events"
+    settings = Settings(database_url=db_url, webhooks={"ses": {"topic_arns": arn,
+                                                              "certificate_host_pattern": r"127\.0\.0\.1"}})
+    envelope = {"Type": "Notification", "MessageId": "m-1", "TopicArn": arn, "Message": "{}",
+                "Timestamp": "2026-12-01T12:00:00.000Z", "SignatureVersion": "2", "Signature": "AAAA",
+                "SigningCertURL": "https://127.0.0.1/SimpleNotificationService-nothing-here.pem"}
+    store = await EventStore.open(db_url)
+    try:
+        async with httpx.AsyncClient() as http:  # nothing listens on 127.0.0.1:443
+            app = build_app(Receiver(settings.webhooks, store, automatic_suppression=True, http=http))
+            async with serve_http(app, f"127.0.0.1:{free_port()}", setting="test") as (host, port):
+                r = await post(f"http://{host}:{port}", "/webhooks/ses", json.dumps(envelope).encode(), {})
+        assert r.status_code == 503 and r.headers["retry-after"] == "30"
+    finally:
+        await store.close()

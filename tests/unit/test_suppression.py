@@ -53,15 +53,26 @@ def test_a_row_whose_every_recipient_is_suppressed_fails_naming_address_reason_a
                              "c@example.com (complaint since 2026-10-01)")
 
 
-def test_suppressed_cc_and_bcc_are_left_out_of_the_envelope_and_noted_for_the_attempt() -> None:
-    d = row(("a@example.com",), cc=("B <b@example.com>",), bcc=("c@example.com",),
-            suppressed=("b@example.com manual 2026-01-02",))
+def test_suppressed_cc_and_bcc_are_left_out_of_the_message_and_noted_for_the_attempt() -> None:
+    d = row(("a@example.com",), cc=("B <b@example.com>",), bcc=("c@example.com", "D <D@example.com>"),
+            suppressed=("b@example.com manual 2026-01-02", "d@example.com complaint 2026-01-03"))
     s = screen(d)
     assert s.refusal is None
-    assert s.delivery.retry_recipients == ("a@example.com", "c@example.com")
-    assert s.delivery.cc_addresses == ("B <b@example.com>",), "the headers still name everyone"
+    assert (s.delivery.to_addresses, s.delivery.cc_addresses, s.delivery.bcc_addresses) == (
+        ("a@example.com",), (), ("c@example.com",)), "every transport builds its request from these"
+    assert s.delivery.retry_recipients is None
     assert [(n.address, n.reply_code, n.message) for n in s.dropped] == [
-        ("b@example.com", None, "suppressed: manual since 2026-01-02")]
+        ("b@example.com", None, "suppressed: manual since 2026-01-02"),
+        ("d@example.com", None, "suppressed: complaint since 2026-01-03")]
+
+
+def test_a_suppressed_to_gives_its_place_to_the_first_cc_but_never_to_a_bcc() -> None:
+    s = screen(row(("a@example.com",), cc=("b@example.com", "c@example.com"),
+                   suppressed=("a@example.com hard_bounce 2026-11-30",)))
+    assert (s.delivery.to_addresses, s.delivery.cc_addresses) == (("b@example.com",), ("c@example.com",))
+    bcc_only = screen(row(("a@example.com",), bcc=("hidden@example.com",),
+                          suppressed=("a@example.com hard_bounce 2026-11-30",)))
+    assert bcc_only.refusal is not None, "a Bcc must not become a visible To"
 
 
 def test_a_partial_retry_is_screened_among_the_recipients_still_owed() -> None:
