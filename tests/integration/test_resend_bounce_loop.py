@@ -48,6 +48,14 @@ async def test_a_row_bounced_through_resend_suppresses_its_address_and_the_next_
         [second] = await store.fetch("SELECT last_error FROM email_deliveries WHERE dedupe_key = 'second'")
         assert second["last_error"].startswith(f"suppressed: {key}@example.com (hard_bounce since ")
         assert len(server.sends()) == requests_before, "the fake provider saw no request for it"
+        # a row with others: the suppressed Cc is not in the provider's request at all
+        await store.execute("INSERT INTO email_deliveries (dedupe_key, to_addresses, cc_addresses, subject, text_body)"
+                            " VALUES ('third', ARRAY['other@example.com'], ARRAY[$1, 'cc@example.com'], 's', 'b')",
+                            f"{key}@example.com")
+        assert (await settled(store, 3))["third"] == "sent"
+        [request] = server.sends()[requests_before:]
+        sent = request.json()
+        assert (sent["to"], sent.get("cc")) == (["other@example.com"], ["cc@example.com"])
     finally:
         await events.close()
         server.stop()
