@@ -48,7 +48,9 @@ class SendgridWebhook(BaseModel):
     @classmethod
     def _key(cls, value: str | None) -> str | None:
         if value is not None:
-            from .delivery_events.sendgrid import load_public_key  # cryptography: only when it is set
+            from .delivery_events.sendgrid import (
+                load_public_key,  # cryptography: only when it is set
+            )
 
             load_public_key(value)  # ValueError: not a P-256 public key
         return value

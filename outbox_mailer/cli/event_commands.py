@@ -16,7 +16,7 @@ from ..config import Settings
 from ..errors import ConfigurationError, DatabaseError, NotFound
 from ..store import EventStore
 from ..suppression import REASONS, normal_address
-from .input import UsageError, duration
+from .input import duration
 from .output import EXIT_OK, emit
 
 log = logging.getLogger("outbox_mailer")
@@ -184,4 +184,4 @@ def register(sub: Any) -> None:
     p.set_defaults(func=cmd_events)
 
 
-__all__ = ["EXIT_TEMPFAIL", "UsageError", "register"]
+__all__ = ["EXIT_TEMPFAIL", "register"]
