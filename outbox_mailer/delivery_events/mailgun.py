@@ -49,7 +49,15 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-from .model import BounceClass, Kind, Malformed, ProviderEvent, Received, Unauthenticated
+from .model import (
+    BounceClass,
+    Kind,
+    Malformed,
+    ProviderEvent,
+    Received,
+    Unauthenticated,
+    json_object,
+)
 
 PROVIDER = "mailgun"
 TOLERANCE_SECONDS = 300
@@ -103,12 +111,7 @@ def verify(body: bytes, signing_key: str, now: datetime) -> None:
 
 def parse(body: bytes) -> Received:
     """The event of an authentic body (verify it first), with its token as ``replay_token``."""
-    try:
-        document = json.loads(body)
-    except (ValueError, RecursionError):
-        raise Malformed("body is not JSON") from None
-    if not isinstance(document, dict):
-        raise Malformed("body is not a JSON object")
+    document = json_object(body)
     block = document.get("signature")
     token = block.get("token") if isinstance(block, dict) else None
     if not isinstance(token, str) or not token:

@@ -14,8 +14,9 @@ them (the receiver answers 200, so the provider stops retrying).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
@@ -97,3 +98,29 @@ class TooLarge(WebhookRefused):
 
 class Unavailable(WebhookRefused):
     status = 503
+
+
+def json_body(body: bytes) -> Any:
+    """The JSON of an authentic body; Malformed when it is not JSON (nested past the parser's depth too)."""
+    try:
+        return json.loads(body)
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        raise Malformed("the body is not JSON") from None
+
+
+def json_object(body: bytes) -> dict[str, Any]:
+    document = json_body(body)
+    if not isinstance(document, dict):
+        raise Malformed("the body is not a JSON object")
+    return document
+
+
+def iso_time(value: Any) -> datetime | None:
+    """An ISO 8601 time, timezone-aware (UTC when it names no offset); None when absent or unreadable."""
+    if not isinstance(value, str):
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.strip())
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)

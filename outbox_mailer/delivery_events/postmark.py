@@ -46,10 +46,18 @@ import hashlib
 import hmac
 import json
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from typing import Any
 
-from .model import BounceClass, Kind, Malformed, ProviderEvent, Received, Unauthenticated
+from .model import (
+    BounceClass,
+    Kind,
+    Malformed,
+    ProviderEvent,
+    Received,
+    Unauthenticated,
+    iso_time,
+    json_object,
+)
 
 PROVIDER = "postmark"
 DEDUPE_METADATA = "dedupe_key"  # the Metadata field outbox_mailer.transports.api.postmark sends the row's key in
@@ -106,12 +114,7 @@ def verify(headers: Mapping[str, str], body: bytes, username: str, password: str
 def parse(body: bytes) -> Received:
     """The event of an authentic body (call :func:`verify` first); :class:`Malformed` when the body is
     not a JSON object with a string ``RecordType``, or a field we read has the wrong type."""
-    try:
-        record = json.loads(body)
-    except (UnicodeDecodeError, ValueError):
-        raise Malformed("the body is not JSON") from None
-    if not isinstance(record, dict):
-        raise Malformed("the body is not a JSON object")
+    record = json_object(body)
     record_type = record.get("RecordType")
     if not isinstance(record_type, str) or not record_type:
         raise Malformed("the body has no RecordType")
@@ -140,7 +143,7 @@ def parse(body: bytes) -> Received:
         provider_event_id=_event_id(record, record_type, message_id, recipient, _string(record, stamp_field)),
         kind=kind,
         recipient=recipient,
-        occurred_at=_timestamp(record.get(stamp_field)),
+        occurred_at=iso_time(record.get(stamp_field)),
         provider_message_id=message_id,
         dedupe_key=_dedupe_key(record.get("Metadata")),
         bounce_class=bounce_class,
@@ -202,15 +205,3 @@ def _string(record: Mapping[str, Any], name: str) -> str | None:
 def _dedupe_key(metadata: Any) -> str | None:
     value = metadata.get(DEDUPE_METADATA) if isinstance(metadata, dict) else None
     return value if isinstance(value, str) and value else None
-
-
-def _timestamp(value: Any) -> datetime | None:
-    """An ISO 8601 time, timezone-aware (UTC when it names no offset); None when absent or unreadable.
-    Postmark writes seven fractional digits (``2014-08-01T13:28:10.2735393-04:00``): read as six."""
-    if not isinstance(value, str):
-        return None
-    try:
-        parsed = datetime.fromisoformat(value.strip())
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)

@@ -39,12 +39,20 @@ import base64
 import binascii
 import hashlib
 import hmac
-import json
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
-from .model import BounceClass, Kind, Malformed, ProviderEvent, Received, Unauthenticated
+from .model import (
+    BounceClass,
+    Kind,
+    Malformed,
+    ProviderEvent,
+    Received,
+    Unauthenticated,
+    iso_time,
+    json_object,
+)
 
 PROVIDER = "resend"
 TOLERANCE_SECONDS = 300  # Svix: five minutes either side of now
@@ -128,12 +136,7 @@ def verify(headers: Mapping[str, str], body: bytes, secret: str, now: datetime) 
 def parse(body: bytes, svix_id: str) -> Received:
     """The events of an authentic body (call :func:`verify` first); :class:`Malformed` when the body is
     not a JSON object with a string ``type`` and an object ``data``."""
-    try:
-        document = json.loads(body)
-    except (UnicodeDecodeError, ValueError):
-        raise Malformed("the body is not JSON") from None
-    if not isinstance(document, dict):
-        raise Malformed("the body is not a JSON object")
+    document = json_object(body)
     event_type, data = document.get("type"), document.get("data")
     if not isinstance(event_type, str) or not event_type:
         raise Malformed("the body has no type")
@@ -147,7 +150,7 @@ def parse(body: bytes, svix_id: str) -> Received:
     if email_id is not None and not isinstance(email_id, str):
         raise Malformed("data.email_id is not a string")
     bounce_class = _bounce_class(data.get("bounce")) if kind is Kind.BOUNCED else None
-    occurred_at = _timestamp(document.get("created_at"))
+    occurred_at = iso_time(document.get("created_at"))
     dedupe_key = _dedupe_key(data.get("tags"))
     events = tuple(
         ProviderEvent(
@@ -194,14 +197,3 @@ def _dedupe_key(tags: Any) -> str | None:
         value = next((tag.get("value") for tag in tags if isinstance(tag, dict) and tag.get("name") == DEDUPE_TAG),
                      None)
     return value if isinstance(value, str) and value else None
-
-
-def _timestamp(value: Any) -> datetime | None:
-    """An ISO 8601 time, timezone-aware (UTC when it names no offset); None when absent or unreadable."""
-    if not isinstance(value, str):
-        return None
-    try:
-        parsed = datetime.fromisoformat(value.strip())
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)

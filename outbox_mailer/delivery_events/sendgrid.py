@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from functools import lru_cache
@@ -49,7 +48,15 @@ from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from .model import BounceClass, Kind, Malformed, ProviderEvent, Received, Unauthenticated
+from .model import (
+    BounceClass,
+    Kind,
+    Malformed,
+    ProviderEvent,
+    Received,
+    Unauthenticated,
+    json_body,
+)
 
 PROVIDER = "sendgrid"
 SIGNATURE_HEADER = "x-twilio-email-event-webhook-signature"
@@ -119,10 +126,7 @@ def verify(headers: Mapping[str, str], body: bytes, public_key: str, now: dateti
 
 def parse(body: bytes) -> Received:
     """The events of an authentic body (verify it first); Malformed unless it has the documented shape."""
-    try:
-        document = json.loads(body)
-    except (ValueError, RecursionError):
-        raise Malformed("body is not JSON") from None
+    document = json_body(body)
     if not isinstance(document, list):
         raise Malformed("body is not a JSON array of events")
     events: list[ProviderEvent] = []
