@@ -8,6 +8,7 @@ import email.policy
 
 from datetime import UTC, datetime, timedelta
 
+import anyio
 import pytest
 
 from outbox_mailer.delivery import Status
@@ -160,7 +161,10 @@ async def test_our_own_bad_mailbox_refusal_is_a_hard_bounce_that_suppresses_and_
     r = await running()
     rows = await r.final("unknown-user", "partly", "policy")
     assert rows["unknown-user"]["status"] == "failed" and rows["partly"]["status"] == "sent"
-    [s] = await events.suppressions()
+    with anyio.fail_after(5):  # written right after the outcomes commit, so a moment after they show
+        while not (suppressions := await events.suppressions()) or len(await events.events_of("partly")) < 1:
+            await anyio.sleep(0.05)
+    [s] = suppressions
     assert (s["address"], s["reason"], s["source"]) == ("nobody@example.com", "hard_bounce", "smtp")
     kinds = {key: [(e["kind"], e["bounce_class"], e["recipient"]) for e in await events.events_of(key)]
              for key in ("unknown-user", "partly", "policy")}
