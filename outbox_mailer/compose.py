@@ -2,7 +2,7 @@
 
 :func:`compose` validates every field of a :class:`~outbox_mailer.delivery.Delivery`
 and returns a :class:`~outbox_mailer.delivery.ComposedMessage`: ASCII envelope,
-deterministic ``Message-ID`` and an RFC 5322 message with CRLF line endings.
+the ``Message-ID`` its first claim wrote (:mod:`outbox_mailer.message_ids`) and an RFC 5322 message with CRLF line endings.
 Anything that cannot become a safe message raises
 :class:`~outbox_mailer.errors.CompositionError` naming the field
 (``to_addresses[1]``, ``headers.X-Foo``, ``attachments[0].content_base64`` ...).
@@ -39,14 +39,11 @@ from __future__ import annotations
 import base64
 import binascii
 import email.policy
-import hashlib
-import hmac
 import re
 from dataclasses import dataclass
 from datetime import datetime
 from email.message import MIMEPart
 from email.parser import BytesParser
-from functools import lru_cache
 from operator import attrgetter
 
 from outbox_mailer import mime
@@ -69,15 +66,15 @@ from outbox_mailer.header_fields import (
     checked_custom_headers,
     unstructured,
 )
+from outbox_mailer.message_ids import is_message_id
 
-__all__ = ["check_composed", "compose", "message_id_for"]
+__all__ = ["check_composed", "compose"]
 
 _RESTRICTED_NAME = r"[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}"  # RFC 6838
 _CONTENT_TYPE = re.compile(f"({_RESTRICTED_NAME})/({_RESTRICTED_NAME})")
 _REFUSED_ATTACHMENT_TYPES = frozenset({"multipart", "message"})
 _ATTACHMENT_KEYS = frozenset({"filename", "content_type", "content_base64"})
 _MAX_FILENAME_CHARS = 255
-_DOMAIN = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?")
 _DISPLAY = attrgetter("display")
 
 
@@ -89,43 +86,11 @@ class _Attachment:
     data: bytes
 
 
-def message_id_for(dedupe_key: str, domain: str, secret: bytes) -> str:
-    """``<hex@domain>``: an HMAC of the dedupe key, stable across retries.
-
-    The raw key never appears (it may leak data or hold illegal characters).
-    """
-    if not _is_ascii_domain(domain):
-        raise ValueError(f"not an ASCII domain name: {domain!r}")
-    key = dedupe_key.encode("utf-8", "surrogatepass")
-    if type(secret) is not bytes:  # not hashable, so not remembered by _hmac_pads
-        return f"<{hmac.new(secret, key, hashlib.sha256).hexdigest()[:32]}@{domain}>"
-    inner_pad, outer_pad = _hmac_pads(secret)
-    inner = inner_pad.copy()
-    inner.update(key)
-    outer = outer_pad.copy()
-    outer.update(inner.digest())
-    return f"<{outer.hexdigest()[:32]}@{domain}>"
-
-
-@lru_cache(maxsize=64)  # the senders' domains: checked once each
-def _is_ascii_domain(domain: str) -> bool:
-    return _DOMAIN.fullmatch(domain) is not None
-
-
-@lru_cache(maxsize=4)
-def _hmac_pads(secret: bytes) -> tuple[hashlib._Hash, hashlib._Hash]:
-    """SHA-256 after HMAC's inner and outer key pads (RFC 2104), to copy: hmac.new() redoes
-    this key schedule on every call (~1 µs of its ~1.6)."""
-    key = (hashlib.sha256(secret).digest() if len(secret) > 64 else secret).ljust(64, b"\0")
-    return hashlib.sha256(bytes(b ^ 0x36 for b in key)), hashlib.sha256(bytes(b ^ 0x5C for b in key))
-
-
 def compose(
     delivery: Delivery,
     *,
     default_from: str | None,
     max_message_bytes: int,
-    message_id_secret: bytes,
     now: datetime,
     verify: bool = False,
 ) -> ComposedMessage:
@@ -147,7 +112,9 @@ def compose(
     attachments = _checked_attachments(delivery.attachments, max_message_bytes)
 
     # From here on every part is checked: rendering calls no validation.
-    message_id = message_id_for(delivery.dedupe_key, sender.ascii_domain, message_id_secret)
+    message_id = delivery.message_id
+    if not is_message_id(message_id):
+        raise CompositionError("message_id", f"not a Message-ID the claim wrote: {message_id!r}")
     headers = [
         unstructured("Date", mime.format_date(now)),
         address_header("From", (sender,)),

@@ -70,6 +70,7 @@ class Delivery:
     retry_recipients: tuple[str, ...] | None = None
     # recipients suppressed when it was claimed, as 'address reason YYYY-MM-DD' (suppression.py)
     suppressed: tuple[str, ...] = ()
+    message_id: str | None = None  # written by the first claim (message_ids.py); None: never claimed
     # why the row cannot be sent as read (a value no decoder handles, content over the size
     # limit, left unread); the daemon fails such a row alone, without a network call
     defect: str | None = None

@@ -63,7 +63,6 @@ from .transports.seam import batch_idempotency_key
 
 log = logging.getLogger("outbox_mailer")
 
-DEFAULT_MESSAGE_ID_SECRET = b"outbox-mailer message-id v1"
 START_MARGIN_SECONDS = 1.0  # a send must end this long before its claim could be rescued
 
 
@@ -120,8 +119,6 @@ class Executor:
             in_doubt=settings.in_doubt,
         )
         self._rescue_after = settings.effective_rescue_after_seconds  # derived from every transport: once
-        secret = settings.message_id_secret
-        self._message_id_secret = secret.get_secret_value().encode() if secret else DEFAULT_MESSAGE_ID_SECRET
         self._dropped: dict[int, tuple[RefusedRecipient, ...]] = {}  # suppressed recipients left out, by row id
 
     def transport_of(self, delivery: Delivery) -> str:
@@ -309,7 +306,6 @@ class Executor:
                 delivery,
                 default_from=self.settings.default_from,
                 max_message_bytes=self.settings.max_message_bytes,
-                message_id_secret=self._message_id_secret,
                 now=now,
             )
         except CompositionError as exc:

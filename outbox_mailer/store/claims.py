@@ -15,6 +15,7 @@ import asyncpg
 
 from ..decide import Transition
 from ..delivery import Delivery, OutcomeKind, RefusedRecipient
+from ..message_ids import DEFAULT_KEY, MessageIdKey
 from ..queries import sql
 from .connection import CHANNEL, connect, translate_errors
 from .rows import delivery_from_row, instant_or_none
@@ -90,7 +91,7 @@ def outcome_parameters(writes: Sequence[OutcomeWrite]) -> tuple[list[Any], ...]:
         [x.transport for x in a],
         [x.worker for x in a],
         [_refused_json(x.refused) for x in a],  # $20
-        [x.message_id for x in a],  # $21: also the row's message_id, where it has none yet
+        [x.message_id for x in a],  # $21: the attempt's Message-ID
     )
 
 
@@ -147,9 +148,10 @@ class ClaimSession:
 
     async def claim_due(
         self, limit: int, worker: str, *, paused: Sequence[str] = (), default_transport: str = "smtp",
-        max_content_bytes: int = 10 * 1024 * 1024,
+        max_content_bytes: int = 10 * 1024 * 1024, message_ids: MessageIdKey = DEFAULT_KEY,
     ) -> list[Delivery]:
-        """Claim due rows; a row that cannot be read comes back with ``defect`` set (see rows.py)."""
+        """Claim due rows, writing the Message-ID of each first claimed (message_ids.py); a row
+        that cannot be read comes back with ``defect`` set (see rows.py)."""
         token = uuid.uuid4()
         async with self._lock:
             self._idle = False
@@ -157,7 +159,9 @@ class ClaimSession:
             unlock, self._unlock_later = self._unlock_later, []
             with translate_errors():
                 rows = await self._conn.fetch(sql("claim_due"), limit, token, worker, list(paused), default_transport,
-                                              unlock, max_content_bytes)
+                                              unlock, max_content_bytes, message_ids.inner_pad,
+                                              message_ids.outer_pad, message_ids.default_from,
+                                              message_ids.fallback_domain)
         return [delivery_from_row(r, max_content_bytes) for r in rows]
 
     async def go_idle(self) -> int:

@@ -35,6 +35,7 @@ async def test_committed_rows_are_delivered_once_with_their_message_id(
     ids = [email.message_from_bytes(m.data, policy=email.policy.default)["Message-ID"]
            for m in smtp_server.accepted]
     assert len(ids) == 20 and len(set(ids)) == 20
+    assert set(ids) == {row["message_id"] for row in rows.values()}, "sent with the Message-ID the claim wrote"
     stats = await store.stats()
     assert stats["sent"] == 20 and stats["pending"] == 0
 

@@ -26,6 +26,7 @@ from outbox_mailer.transports.api.http import HttpApiTransport
 from outbox_mailer.transports.seam import batch_idempotency_key
 from tests.integration.test_http_transports import free_port
 from tests.provider_server import KEY_HEADER, ProviderServer, provider_server  # noqa: F401  (fixture)
+from tests.message_ids import claimed_message_id
 
 pytestmark = pytest.mark.anyio
 
@@ -42,11 +43,12 @@ def make_delivery(key: str, to: str | None = None, **overrides: Any) -> Delivery
         scheduled_at=now, expires_at=None, created_at=now, first_attempt_at=now,
     )  # fmt: skip
     fields.update(overrides)
+    fields.setdefault("message_id", claimed_message_id(fields["dedupe_key"]))
     return Delivery(**fields)
 
 
 def message_for(delivery: Delivery) -> ComposedMessage:
-    return compose(delivery, default_from=None, max_message_bytes=1 << 20, message_id_secret=b"s",
+    return compose(delivery, default_from=None, max_message_bytes=1 << 20,
                    now=datetime.now(UTC))
 
 

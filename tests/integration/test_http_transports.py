@@ -29,6 +29,7 @@ from outbox_mailer.store import Store
 from outbox_mailer.transports.api.http import HttpApiTransport
 from tests.integration.conftest import Running, insert, settings_for
 from tests.provider_server import KEY_HEADER, ProviderServer, provider_server  # noqa: F401  (fixture)
+from tests.message_ids import claimed_message_id
 
 pytestmark = pytest.mark.anyio
 
@@ -51,11 +52,12 @@ def make_delivery(key: str = "key-1", **overrides: Any) -> Delivery:
         scheduled_at=now, expires_at=None, created_at=now, first_attempt_at=now,
     )  # fmt: skip
     fields.update(overrides)
+    fields.setdefault("message_id", claimed_message_id(fields["dedupe_key"]))
     return Delivery(**fields)
 
 
 def message_for(delivery: Delivery) -> ComposedMessage:
-    return compose(delivery, default_from=None, max_message_bytes=1 << 20, message_id_secret=b"s",
+    return compose(delivery, default_from=None, max_message_bytes=1 << 20,
                    now=datetime.now(UTC))
 
 

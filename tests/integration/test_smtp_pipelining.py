@@ -32,6 +32,7 @@ from outbox_mailer.config import SmtpSettings
 from outbox_mailer.delivery import ComposedMessage, Delivery, Outcome, OutcomeKind, RefusedRecipient
 from outbox_mailer.transports.smtp import SmtpTransport
 from tests.smtp_server import running_smtp_server
+from tests.message_ids import claimed_message_id
 
 pytestmark = pytest.mark.anyio
 
@@ -66,6 +67,7 @@ def delivery() -> Delivery:
         from_address=SENDER, to_addresses=(TO,), cc_addresses=(), bcc_addresses=(), reply_to=None,
         subject="hello", text_body="first line", html_body=None, headers={}, attachments=[], metadata={},
         transport=None, priority=0, scheduled_at=now, expires_at=None, created_at=now,
+        message_id=claimed_message_id("key-1"),
     )  # fmt: skip
 
 

@@ -23,6 +23,7 @@ from outbox_mailer.delivery import ComposedMessage, Delivery, Outcome, OutcomeKi
 from outbox_mailer.errors import TransportUnavailable
 from outbox_mailer.transports.smtp import SmtpTransport
 from tests.smtp_server import SmtpTestServer, free_port, make_self_signed_cert, running_smtp_server
+from tests.message_ids import claimed_message_id
 
 pytestmark = pytest.mark.anyio
 
@@ -71,6 +72,7 @@ def make_delivery(**overrides: Any) -> Delivery:
         created_at=datetime.now(timezone.utc),
     )  # fmt: skip
     fields.update(overrides)
+    fields.setdefault("message_id", claimed_message_id(fields["dedupe_key"]))
     return Delivery(**fields)
 
 

@@ -45,6 +45,7 @@ from outbox_mailer.transports.registry import API_PROVIDERS, in_house
 from outbox_mailer.transports.smtp import SmtpTransport
 from tests.provider_server import ProviderServer
 from tests.smtp_server import SmtpTestServer, free_port, running_smtp_server
+from tests.message_ids import claimed_message_id
 
 pytestmark = pytest.mark.anyio
 
@@ -61,12 +62,12 @@ def make_delivery(key: str = "contract-1") -> Delivery:
         from_address="Shop <shop@example.com>", to_addresses=("Zoë <zoe@example.com>",), cc_addresses=(),
         bcc_addresses=(), reply_to=None, subject="hello", text_body="body", html_body=None, headers={},
         attachments=[], metadata={}, transport=None, priority=0, scheduled_at=now, expires_at=None,
-        created_at=now, first_attempt_at=now,
+        created_at=now, first_attempt_at=now, message_id=claimed_message_id(key),
     )  # fmt: skip
 
 
 def message_for(delivery: Delivery) -> ComposedMessage:
-    return compose(delivery, default_from=None, max_message_bytes=1 << 20, message_id_secret=b"s",
+    return compose(delivery, default_from=None, max_message_bytes=1 << 20,
                    now=datetime.now(UTC))
 
 

@@ -240,8 +240,10 @@ async def test_ses_bounces_signed_with_either_version_mark_their_rows_by_message
     a = await send_one(db_url, store, "ses-a", "ses-provider-a")
     b = await send_one(db_url, store, "ses-b", "ses-provider-b")
     await store.execute("UPDATE email_deliveries SET to_addresses = ARRAY['b@example.com'] WHERE id = $1", b)
-    v1 = signed_sns(ses_bounce("a@example.com", "<ses-a@example.com>", "sns-1"), "1")
-    v2 = signed_sns(ses_bounce("b@example.com", "<ses-b@example.com>", "sns-2"), "2")
+    [ma, mb] = [r["message_id"] for r in await store.fetch(
+        "SELECT message_id FROM email_deliveries WHERE id = ANY($1::bigint[]) ORDER BY id", [a, b])]
+    v1 = signed_sns(ses_bounce("a@example.com", ma, "sns-1"), "1")
+    v2 = signed_sns(ses_bounce("b@example.com", mb, "sns-2"), "2")
     for envelope in (v1, v2):
         r = await post_sns(receiver, envelope)
         assert r.status_code == 200 and r.json() == {"recorded": 1, "duplicates": 0, "unmatched": 0}, r.text

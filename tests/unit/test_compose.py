@@ -6,8 +6,6 @@ import base64
 import binascii
 import dataclasses
 import email.policy
-import hashlib
-import hmac
 import re
 import uuid
 from datetime import UTC, datetime, timedelta, timezone
@@ -21,16 +19,15 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from outbox_mailer import compose as compose_module
 from outbox_mailer.header_fields import unstructured
 from outbox_mailer import mime
-from outbox_mailer.compose import check_composed, compose, message_id_for
+from outbox_mailer.compose import check_composed, compose
 from outbox_mailer.delivery import ComposedMessage, Delivery
 from outbox_mailer.errors import CompositionError
 
 NOW = datetime(2026, 5, 1, 12, 30, tzinfo=timezone.utc)
-SECRET = b"test-message-id-secret"
 KEY = "order-42-receipt"
+MESSAGE_ID = "<0662a1b2c3d4e5f6a7b8c9d0e1f2a3b4@example.com>"  # as a claim writes it (message_ids.py)
 
 
 def make_delivery(**overrides: Any) -> Delivery:
@@ -56,6 +53,7 @@ def make_delivery(**overrides: Any) -> Delivery:
         scheduled_at=NOW,
         expires_at=None,
         created_at=NOW,
+        message_id=MESSAGE_ID,
     )
     fields.update(overrides)
     return Delivery(**fields)
@@ -72,7 +70,6 @@ def run(
         delivery if delivery is not None else make_delivery(**overrides),
         default_from=default_from,
         max_message_bytes=max_message_bytes,
-        message_id_secret=SECRET,
         now=NOW,
     )
 
@@ -234,7 +231,7 @@ def test_optional_headers_are_absent_when_empty() -> None:
 def test_date_keeps_the_given_offset() -> None:
     tz = timezone(timedelta(hours=2))
     composed = compose(make_delivery(), default_from=None, max_message_bytes=10_000,
-                       message_id_secret=SECRET, now=NOW.astimezone(tz))
+                       now=NOW.astimezone(tz))
     assert parse(composed)["date"].datetime == NOW
     assert b"+0200" in composed.data
 
@@ -331,7 +328,6 @@ def test_idn_domains_become_punycode_in_envelope_and_headers() -> None:
     assert composed.recipients == (
         "zoe@xn--mller-kva.example.org", "x@xn--r8jz45g.example.com",
     )
-    assert composed.message_id.endswith("@xn--bcher-kva.example.com>")
     parsed = parse(composed)
     assert addresses(parsed, "to") == [("Zoë", "zoe@xn--mller-kva.example.org")]
     assert composed.data.isascii()
@@ -340,32 +336,27 @@ def test_idn_domains_become_punycode_in_envelope_and_headers() -> None:
 # -- Message-ID --------------------------------------------------------------
 
 
-def test_message_id_is_an_hmac_of_the_key() -> None:
-    expected = hmac.new(SECRET, KEY.encode(), hashlib.sha256).hexdigest()[:32]
-    assert message_id_for(KEY, "example.com", SECRET) == f"<{expected}@example.com>"
-
-
-def test_message_id_is_stable_across_retries_and_hides_the_key() -> None:
+def test_the_message_id_is_the_one_the_claim_wrote_on_every_attempt() -> None:
     first = run(make_delivery(attempts=1))
     retry = compose(make_delivery(attempts=3), default_from=None, max_message_bytes=1_000_000,
-                    message_id_secret=SECRET, now=NOW + timedelta(hours=1))
-    assert first.message_id == retry.message_id
-    assert re.fullmatch(r"<[0-9a-f]{32}@example\.com>", first.message_id)
-    assert parse(first)["message-id"] == first.message_id
+                    now=NOW + timedelta(hours=1))
+    assert first.message_id == retry.message_id == MESSAGE_ID
+    assert parse(first)["message-id"] == MESSAGE_ID
     assert KEY.encode() not in first.data
-    assert KEY not in first.message_id
 
 
-def test_message_id_depends_on_key_and_secret() -> None:
-    base = message_id_for(KEY, "example.com", SECRET)
-    assert message_id_for(KEY + "x", "example.com", SECRET) != base
-    assert message_id_for(KEY, "example.com", SECRET + b"x") != base
-    assert message_id_for("ключ\r\n<>", "example.com", SECRET).startswith("<")
-
-
-def test_message_id_refuses_a_non_ascii_domain() -> None:
-    with pytest.raises(ValueError):
-        message_id_for(KEY, "bücher.example.com", SECRET)
+@pytest.mark.parametrize("message_id", [
+    None, "", "<x@example.com>", "0662a1b2c3d4e5f6a7b8c9d0e1f2a3b4@example.com",
+    "<0662a1b2c3d4e5f6a7b8c9d0e1f2a3b4@example.com>\r\nBcc: victim@example.net",
+    "<0662a1b2c3d4e5f6a7b8c9d0e1f2a3b4@example.com>\nX: y", "<0662A1B2C3D4E5F6A7B8C9D0E1F2A3B4@example.com>",
+    "<0662a1b2c3d4e5f6a7b8c9d0e1f2a3b4@bücher.example>", "<0662a1b2c3d4e5f6a7b8c9d0e1f2a3b4@-example.com>",
+    "<0662a1b2c3d4e5f6a7b8c9d0e1f2a3b4@example.com> ",
+])
+def test_a_message_id_not_of_the_claims_form_is_refused(message_id: object) -> None:
+    # the column is the daemon's, but anyone with UPDATE on the table could write a header line into it
+    with pytest.raises(CompositionError) as exc:
+        run(make_delivery(message_id=message_id))
+    assert exc.value.field == "message_id"
 
 
 # -- size --------------------------------------------------------------------
@@ -499,7 +490,7 @@ def test_parse_back_safety_net_refuses_a_broken_rendering(monkeypatch: pytest.Mo
     assert info.value.field == "message"
     with pytest.raises(CompositionError) as info:
         compose(make_delivery(), default_from=None, max_message_bytes=1_000_000,
-                message_id_secret=SECRET, now=NOW, verify=True)
+                now=NOW, verify=True)
     assert info.value.field == "message"
 
 
@@ -581,24 +572,6 @@ def test_arbitrary_text_never_adds_a_header(subject: str, value: str, name: str)
 
 
 # -- shortcuts on the hot path give the bytes of the straightforward code ------
-
-
-@settings(max_examples=300, deadline=None)
-@given(key=st.text(max_size=50), secret=st.one_of(
-    st.binary(max_size=150), st.binary(max_size=70).map(bytearray),
-    st.integers(60, 130).map(lambda n: bytes(range(n))),  # around the 64-byte block size
-))
-def test_message_id_is_hmac_sha256_for_any_secret(key: str, secret: bytes) -> None:
-    # message_id_for() keeps the HMAC key schedule per secret (keys over 64 bytes are hashed first).
-    expected = hmac.new(bytes(secret), key.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()[:32]
-    assert message_id_for(key, "example.com", secret) == f"<{expected}@example.com>"
-
-
-@pytest.mark.parametrize("size", [0, 1, 32, 63, 64, 65, 128, 200])
-def test_message_id_is_hmac_sha256_at_key_size_edges(size: int) -> None:
-    secret = bytes(range(1, size + 1))
-    expected = hmac.new(secret, KEY.encode(), hashlib.sha256).hexdigest()[:32]
-    assert message_id_for(KEY, "example.com", secret) == f"<{expected}@example.com>"
 
 
 _NEW_YORK = ZoneInfo("America/New_York")

@@ -31,6 +31,7 @@ from outbox_mailer.transports.api.provider import ApiResponse, ProviderOptions
 from outbox_mailer.transports.api.resend import ResendApi
 from outbox_mailer.transports.registry import API_PROVIDERS, BATCH_KINDS, has_batch_endpoint
 from outbox_mailer.transports.seam import batch_idempotency_key, resend_safe_until
+from tests.message_ids import claimed_message_id
 
 NOW = datetime(2026, 3, 14, 15, 9, 26, tzinfo=UTC)
 FIRST = NOW - timedelta(hours=1)
@@ -48,6 +49,7 @@ def make_delivery(key: str = "k-0", **overrides: Any) -> Delivery:
         scheduled_at=NOW, expires_at=None, created_at=NOW, first_attempt_at=FIRST,
     )  # fmt: skip
     fields.update(overrides)
+    fields.setdefault("message_id", claimed_message_id(fields["dedupe_key"]))
     return Delivery(**fields)
 
 
@@ -192,7 +194,7 @@ def test_resend_batch_body_is_the_same_bytes_on_every_attempt() -> None:
 
     def body(now: datetime) -> bytes:
         provider = ResendApi("re_key", "https://api.resend.test")  # another process, another day
-        messages = [compose(d, default_from=None, max_message_bytes=1 << 20, message_id_secret=b"s", now=now)
+        messages = [compose(d, default_from=None, max_message_bytes=1 << 20, now=now)
                     for d in rows]
         batch = [BatchItem(m.fields, d, m.message_id) for m, d in zip(messages, rows, strict=True)]  # type: ignore[arg-type]
         return provider.build_batch(batch, batch_idempotency_key([d.dedupe_key for d in rows])).body or b""

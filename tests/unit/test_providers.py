@@ -36,6 +36,7 @@ from outbox_mailer.transports.api.sendgrid import SendGridApi
 from outbox_mailer.transports.api.webhook import WebhookApi, signature, verify
 from outbox_mailer.transports.registry import API_PROVIDERS, PROVIDERS
 from outbox_mailer.transports.seam import parse_retry_after, resend_safe_until
+from tests.message_ids import claimed_message_id
 
 NOW = datetime(2026, 3, 14, 15, 9, 26, tzinfo=UTC)
 FIRST = NOW - timedelta(hours=1)
@@ -53,6 +54,7 @@ def make_delivery(**overrides: Any) -> Delivery:
         transport=None, priority=0, scheduled_at=NOW, expires_at=None, created_at=NOW, first_attempt_at=FIRST,
     )  # fmt: skip
     fields.update(overrides)
+    fields.setdefault("message_id", claimed_message_id(fields["dedupe_key"]))
     return Delivery(**fields)
 
 

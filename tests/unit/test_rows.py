@@ -20,7 +20,7 @@ def record(**kw: Any) -> dict[str, Any]:
         "first_attempt_at": 1.7e9, "content_bytes": 10, "retry_recipients": None, "suppressed": None, "from_address": None,
         "to_addresses": ["a@example.com"], "cc_addresses": [], "bcc_addresses": [], "reply_to": None,
         "subject": "s", "text_body": "b", "html_body": None, "headers": "{}", "attachments": "[]",
-        "metadata": "{}",
+        "metadata": "{}", "message_id": "<0662a1b2c3d4e5f6a7b8c9d0e1f2a3b4@example.com>",
     }
     return {**base, **kw}
 
@@ -29,6 +29,7 @@ def test_a_plain_row_decodes() -> None:
     d = delivery_from_row(record(metadata='{"a": 1}', retry_recipients=["b@example.com"]), LIMIT)
     assert d.defect is None and d.metadata == {"a": 1} and d.retry_recipients == ("b@example.com",)
     assert d.scheduled_at.year == 2023 and d.expires_at is None
+    assert d.message_id == "<0662a1b2c3d4e5f6a7b8c9d0e1f2a3b4@example.com>"
 
 
 def test_infinite_expiry_means_never() -> None:
