@@ -15,11 +15,18 @@ just before COMMIT until the last row is final (plus 0.5 s for work done just af
 CPU of PostgreSQL's whole process tree minus this benchmark connection's own backend (its INSERT
 and its light polling). The VACUUM after each window (of what the window left behind) is
 measured too, for information.
+
+With OUTBOX_BENCH_WALDUMP=DIR, each window's WAL (from COMMIT to the end) is also summarised by
+`pg_waldump --stats=record` into DIR/<prefix>.txt, followed by the bytes per relation and record
+type: which records, full-page images included, make up the WAL per email, and on which tables.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+import re
+import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,6 +73,37 @@ async def vacuum_cost(db, rows: int) -> dict[str, float]:  # noqa: ANN001
             "vacuum_wal": await wal_between(db, lsn, await insert_lsn(db)) / rows}
 
 
+async def waldump(db, prefix: str, start: str, end: str) -> None:  # noqa: ANN001
+    into = os.environ.get("OUTBOX_BENCH_WALDUMP")
+    if not into:
+        return
+    await db.conn.execute("SELECT pg_switch_wal()")  # so the segment holding `end` is complete on disk
+    wal = Path(await db.conn.fetchval("SHOW data_directory")) / "pg_wal"
+    tool = Path(await db.conn.fetchval("SELECT setting FROM pg_config WHERE name = 'BINDIR'")) / "pg_waldump"
+    stats = subprocess.run([str(tool), "--stats=record", "-p", str(wal), "-s", start, "-e", end],
+                           capture_output=True, text=True, check=False)
+    records = subprocess.run([str(tool), "-p", str(wal), "-s", start, "-e", end],
+                             capture_output=True, text=True, check=False)
+    names = {str(r["filenode"]): r["relname"] for r in await db.conn.fetch(
+        "SELECT pg_relation_filenode(c.oid) AS filenode, c.relname FROM pg_class c "
+        "WHERE pg_relation_filenode(c.oid) IS NOT NULL")}
+    sizes: dict[tuple[str, str], list[int]] = {}
+    for line in records.stdout.splitlines():
+        found = re.search(r"rmgr: (\S+)\s+len \(rec/tot\):\s*\d+/\s*(\d+).*?desc: (\S+)", line)
+        if found is None:
+            continue
+        rel = re.search(r"rel \d+/\d+/(\d+)", line)
+        key = (names.get(rel[1], rel[1]) if rel else "-", f"{found[1]}/{found[3]}")
+        entry = sizes.setdefault(key, [0, 0])
+        entry[0] += 1
+        entry[1] += int(found[2])
+    table = [f"{rel:45} {kind:28} {n:7} {size:10}" for (rel, kind), (n, size)
+             in sorted(sizes.items(), key=lambda item: -item[1][1])]
+    Path(into).mkdir(parents=True, exist_ok=True)
+    (Path(into) / f"{prefix}.txt").write_text(stats.stdout + stats.stderr + "\nrelation, record: count, bytes\n"
+                                              + "\n".join(table) + "\n")
+
+
 async def window(db, daemon: DaemonProcess, case: Case, prefix: str, rows: int) -> dict[str, float]:  # noqa: ANN001
     cols = receipts.columns(prefix, 1, rows)  # rendered before the window
     keys = cols[0][-10:] + cols[0][:: max(1, rows // 20)]  # polled until final: the last rows and a sample
@@ -85,6 +123,7 @@ async def window(db, daemon: DaemonProcess, case: Case, prefix: str, rows: int) 
     lsn1, pg1, own1, daemon1 = await insert_lsn(db), await db.server_cpu_seconds(), db.own_cpu_seconds(), \
         daemon.cpu_seconds()
     checkpoints = await db.checkpoints() - checkpoints
+    await waldump(db, prefix, lsn_commit, lsn1)
     sent = await db.count(prefix, "sent")
     if sent != rows:
         raise RuntimeError(f"realistic {case.key}: {sent} of {rows} rows sent (see {daemon.log_path})")

@@ -392,6 +392,28 @@ WITH batch AS (
 )
 DELETE FROM email_deliveries d USING batch WHERE d.id = batch.id;
 
+-- name: delete_unmatched_events
+-- Retention: delete up to $2 delivery events that matched no row and were received before now() - $1 seconds (a matched event goes with its row). Walks email_delivery_events_received_idx.
+WITH batch AS (
+    SELECT id FROM email_delivery_events
+    WHERE received_at < now() - make_interval(secs => $1) AND delivery_id IS NULL
+    ORDER BY received_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM email_delivery_events e USING batch WHERE e.id = batch.id;
+
+-- name: forget_webhook_tokens
+-- Retention: forget up to $2 webhook tokens seen before now() - $1 seconds (a request signed that long ago is refused by its timestamp anyway). Walks email_webhook_tokens_seen_idx.
+WITH batch AS (
+    SELECT provider, token FROM email_webhook_tokens
+    WHERE seen_at < now() - make_interval(secs => $1)
+    ORDER BY seen_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM email_webhook_tokens t USING batch WHERE t.provider = batch.provider AND t.token = batch.token;
+
 -- name: count_prunable
 -- How many final rows prune would scrub ($1) and delete ($2), for the progress display.
 SELECT

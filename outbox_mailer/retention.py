@@ -1,4 +1,5 @@
-"""Retention: scrub the content of old final rows, delete older ones.
+"""Retention: scrub the content of old final rows, delete older ones, and forget what only
+the webhook receiver keeps (events that matched no row, Mailgun's tokens).
 
 Works in batches of short transactions over partial indexes of final rows,
 with ``SKIP LOCKED``, so pending rows and the daemon's claims are never held
@@ -21,12 +22,17 @@ from .store import Store
 log = logging.getLogger("outbox_mailer")
 
 DAY = 86_400.0
+# A webhook token is remembered to refuse its reuse; a request signed more than
+# delivery_events/mailgun.py's 5 minutes ago is refused by its timestamp, so a day is ample.
+TOKEN_MEMORY_SECONDS = DAY
 
 
 @dataclass
 class PruneResult:
     scrubbed: int = 0
     deleted: int = 0
+    unmatched_events: int = 0  # events that matched no row, deleted with the same delay as rows
+    webhook_tokens: int = 0
 
 
 Progress = Callable[[str, int, int], None]  # (phase, done, total)
@@ -49,6 +55,12 @@ async def prune(store: Store, settings: PruneSettings, progress: Progress | None
         if progress:
             progress("deleted", result.deleted, max(to_delete, result.deleted))
         await anyio.sleep(pause_between_batches)
+    while n := await store.delete_unmatched_events(delete_after, settings.batch_size):
+        result.unmatched_events += n
+        await anyio.sleep(pause_between_batches)
+    while n := await store.forget_webhook_tokens(TOKEN_MEMORY_SECONDS, settings.batch_size):
+        result.webhook_tokens += n
+        await anyio.sleep(pause_between_batches)
     return result
 
 
@@ -68,5 +80,6 @@ async def prune_periodically(url: str, settings: PruneSettings) -> None:
         except DatabaseError as exc:
             log.warning("prune skipped: %s", exc)
             continue
-        if result.scrubbed or result.deleted:
-            log.info("pruned: scrubbed=%d deleted=%d", result.scrubbed, result.deleted)
+        if result.scrubbed or result.deleted or result.unmatched_events or result.webhook_tokens:
+            log.info("pruned: scrubbed=%d deleted=%d unmatched_events=%d webhook_tokens=%d", result.scrubbed,
+                     result.deleted, result.unmatched_events, result.webhook_tokens)

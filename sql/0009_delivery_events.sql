@@ -86,6 +86,8 @@ CREATE TABLE email_webhook_tokens (
     seen_at     timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (provider, token)
 );
+-- prune forgets tokens a day after they were seen (a request signed that long ago is refused by its timestamp)
+CREATE INDEX email_webhook_tokens_seen_idx ON email_webhook_tokens (seen_at);
 
 -- The form in which an address is suppressed, and compared: the address inside "Name <...>" if
 -- there is one, in Unicode normal form C, lower case (outbox_mailer/suppression.py writes the same

@@ -123,7 +123,8 @@ def cmd_prune(args: argparse.Namespace, settings: Settings) -> int:
             result = {"would_scrub": to_scrub, "would_delete": to_delete}
         else:
             done = await prune(store, settings.prune, progress)
-            result = {"scrubbed": done.scrubbed, "deleted": done.deleted}
+            result = {"scrubbed": done.scrubbed, "deleted": done.deleted,
+                      "unmatched_events": done.unmatched_events, "webhook_tokens": done.webhook_tokens}
         if show:
             print(file=sys.stderr)
         if args.json:

@@ -160,6 +160,14 @@ class Store:
         async with self._conn() as conn:
             return affected(await conn.execute(sql("delete_batch"), older_than_seconds, limit))
 
+    async def delete_unmatched_events(self, older_than_seconds: float, limit: int) -> int:
+        async with self._conn() as conn:
+            return affected(await conn.execute(sql("delete_unmatched_events"), older_than_seconds, limit))
+
+    async def forget_webhook_tokens(self, older_than_seconds: float, limit: int) -> int:
+        async with self._conn() as conn:
+            return affected(await conn.execute(sql("forget_webhook_tokens"), older_than_seconds, limit))
+
     async def count_prunable(self, scrub_after_seconds: float, delete_after_seconds: float) -> tuple[int, int]:
         async with self._conn() as conn:
             row = await conn.fetchrow(sql("count_prunable"), scrub_after_seconds, delete_after_seconds)

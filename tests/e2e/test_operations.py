@@ -81,7 +81,7 @@ def test_prune_dry_run_then_prune(installed: Installed, env: dict[str, str], db_
     dry = installed.cli("prune", "--dry-run", "--json", env=env)
     assert json.loads(dry.stdout) == {"would_scrub": 2, "would_delete": 1}
     done = installed.cli("prune", "--json", env=env)
-    assert json.loads(done.stdout) == {"scrubbed": 2, "deleted": 1}
+    assert json.loads(done.stdout) == {"scrubbed": 2, "deleted": 1, "unmatched_events": 0, "webhook_tokens": 0}
     gone = installed.cli("status", "f1", env=env)
     assert gone.returncode == 1
 

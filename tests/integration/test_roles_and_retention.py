@@ -145,9 +145,40 @@ async def test_prune_scrubs_then_deletes_only_old_final_rows(db_url: str) -> Non
         assert rows["recent1"]["text_body"] == "secret body"
         assert rows["waiting"]["text_body"] == "keep me", "non-final rows are never pruned"
         assert seen[-1][0] == "deleted" and seen[-1][1] == seen[-1][2] == 5
-        assert await prune(store, PruneSettings()) == type(result)(0, 0)
+        assert await prune(store, PruneSettings()) == type(result)(0, 0, 0, 0)
     finally:
         await store.close()
+
+
+async def test_prune_as_the_daemon_forgets_old_unmatched_events_and_tokens_and_keeps_the_rest(
+        db_url: str, roles: tuple[str, str]) -> None:
+    app, daemon = roles
+    owner = await SqlStore.open(db_url)
+    await owner.run_script(grant_statements(app, daemon))
+    await owner.execute("INSERT INTO email_deliveries (dedupe_key, to_addresses, subject, text_body) "
+                        "VALUES ('kept', ARRAY['a@example.com'], 's', 'b')")
+    await owner.execute(
+        "INSERT INTO email_delivery_events (delivery_id, provider, provider_event_id, kind, received_at) "
+        "SELECT CASE WHEN e LIKE 'matched%' THEN (SELECT id FROM email_deliveries) END, 'resend', e, 'delivered', "
+        "now() - CASE WHEN e LIKE '%old' THEN interval '400 days' ELSE interval '1 day' END "
+        "FROM unnest(ARRAY['unmatched-old', 'unmatched-new', 'matched-old']) AS e")
+    await owner.execute("INSERT INTO email_webhook_tokens (provider, token, body_sha256, seen_at) VALUES "
+                        "('mailgun', 'old', '\\x00', now() - interval '25 hours'), "
+                        "('mailgun', 'new', '\\x00', now() - interval '1 hour')")
+    await owner.close()
+    store = await Store.open(as_user(db_url, daemon))
+    try:
+        result = await prune(store, PruneSettings(batch_size=1))
+        assert (result.unmatched_events, result.webhook_tokens) == (1, 1)
+    finally:
+        await store.close()
+    owner = await SqlStore.open(db_url)
+    try:
+        events = {r["provider_event_id"] for r in await owner.fetch("SELECT provider_event_id FROM email_delivery_events")}
+        assert events == {"unmatched-new", "matched-old"}, "a matched event goes only with its row"
+        assert [r["token"] for r in await owner.fetch("SELECT token FROM email_webhook_tokens")] == ["new"]
+    finally:
+        await owner.close()
 
 
 async def test_pending_rows_are_claimed_while_prune_runs_over_200000_rows(db_url: str) -> None:
