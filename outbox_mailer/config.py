@@ -241,7 +241,7 @@ class Settings(BaseSettings):
     pause_base_seconds: float = Field(default=1.0, gt=0, le=HOUR)  # first pause of an unreachable transport; at most 1 h
     pause_max_seconds: float = Field(default=30.0, gt=0, le=DAY)  # longest pause; doubles up to this while unreachable; at most 1 day
     max_message_bytes: int = Field(default=10 * 1024 * 1024, ge=1024, le=MAX_MESSAGE_BYTES)  # composed size limit; 1 KiB-256 MiB
-    message_id_secret: SecretStr | None = None  # HMAC key for Message-IDs; keep it stable
+    message_id_secret: SecretStr | None = None  # HMAC key of new rows' Message-IDs (message_ids.py)
     worker_name: str | None = None  # recorded with each attempt; None: host:pid
     metrics_address: str | None = None  # "host:port" for /metrics, /healthz, /readyz; None: no endpoint
     webhooks: WebhookSettings = WebhookSettings()  # `outbox-mailer webhooks`: the provider event receiver

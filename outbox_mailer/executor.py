@@ -180,7 +180,8 @@ class Executor:
         now = self.clock()
         transition = decide(delivery, outcome, now, self.policy, self._rng.random())
         attempt = AttemptRecord(delivery.attempts, claimed_at, max(now, claimed_at), outcome.kind, None, None,
-                                outcome.error, self.transport_of(delivery), f"rescuer {self.worker}")
+                                outcome.error, self.transport_of(delivery), f"rescuer {self.worker}",
+                                message_id=delivery.message_id)  # so that events for it still find the row
         return OutcomeWrite(delivery, transition, attempt)
 
     # -- batches ------------------------------------------------------------------

@@ -12,13 +12,17 @@ A Message-ID is ``<TTTTTTTTTTTTTHHHHHHHHHHHHHHHHHHH@domain>``:
 
 The claim statement computes it (the ``first_message_id`` fragment of queries.sql) from the
 secret's HMAC pads that :class:`MessageIdKey` holds, and writes it to ``email_deliveries.message_id``
-at once, so that a bounce or a reply can be matched to the row whatever happens to the send. Every
-later attempt sends the same one. The time prefix keeps each new id at the right-hand edge of the
-attempt rows' ``message_id`` index: an HMAC alone would put every insert on another leaf page, and
-after each checkpoint the first change of a page writes the whole page to WAL.
+at once, before anything is sent, so that whoever reads the row knows what a reply or a bounce will
+quote; every later attempt sends the same one, and each attempt row carries it for the webhook
+receiver's look-ups. The time prefix keeps each new id at the right-hand edge of the attempt rows'
+``message_id`` index: an HMAC alone would put every insert on another leaf page, and after each
+checkpoint the first change of a page writes the whole page to WAL.
 
-A row first claimed by a daemon older than schema 9 keeps the form it was sent with then: the
-HMAC's first 32 hex digits, with no time (the claim knows such a row by its ``first_attempt_at``).
+A row claimed by a daemon that did not write the Message-ID at the claim (older than schema 10)
+has ``first_attempt_at`` set and no ``message_id``: the claim, or the rescuer taking over such a
+claim, gives it the form that daemon sent, the HMAC's first 32 hex digits. For a sender with an
+internationalised domain that daemon used its ASCII (punycode) form, which SQL cannot compute: such
+a row, retried across the upgrade, goes out with the fallback domain instead.
 """
 
 from __future__ import annotations

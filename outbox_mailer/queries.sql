@@ -29,24 +29,27 @@ CASE WHEN d.ignore_suppressions OR (SELECT NOT EXISTS (SELECT 1 FROM email_suppr
       AND (s.expires_at IS NULL OR s.expires_at > now())) END AS suppressed
 
 -- fragment: first_message_id
--- The Message-ID of the row d, for the claim to write (message_ids.py): at its first claim '<' 13 hex digits of now() in microseconds and the first 19 of HMAC-SHA256(secret, dedupe key) '@' the sender's domain '>'; later, the one it has (a row first claimed before schema 9 and never since: the HMAC's first 32 hex digits, the form it was sent with). $8 and $9 are the secret XOR HMAC's inner and outer pads, $10 the default sender, $11 the domain when the sender's is not plain ASCII.
+-- The Message-ID of the row d (message_ids.py): at its first claim '<' 13 hex digits of now() in microseconds and the first 19 of HMAC-SHA256(secret, dedupe key) '@' the sender's domain in lower case '>'; after it, the one it has; a row claimed by a daemon that did not write it (before schema 10, which wrote it with the first outcome, or not at all) gets the form that daemon sent: the HMAC's first 32 hex digits. mid.inner_pad and mid.outer_pad are the secret XOR HMAC's pads, mid.default_from the default sender, mid.fallback the domain used when the sender's is not plain ASCII.
 CASE WHEN d.first_attempt_at IS NULL OR d.message_id IS NULL THEN
     '<' || CASE WHEN d.first_attempt_at IS NULL
-                THEN lpad(to_hex((date_part('epoch', now()) * 1000000)::bigint), 13, '0') || left(
-                     encode(sha256($9::bytea || sha256($8::bytea || convert_to(d.dedupe_key, 'UTF8'))), 'hex'), 19)
-                ELSE left(
-                     encode(sha256($9::bytea || sha256($8::bytea || convert_to(d.dedupe_key, 'UTF8'))), 'hex'), 32) END
-        || '@' || coalesce(substring(lower(coalesce(d.from_address, $10::text))
-                                     FROM '@([a-z0-9](?:[a-z0-9.-]*[a-z0-9])?)>?\s*$'), $11::text) || '>'
+                THEN lpad(to_hex((date_part('epoch', now()) * 1000000)::bigint), 13, '0') || left(encode(
+                     sha256(mid.outer_pad || sha256(mid.inner_pad || convert_to(d.dedupe_key, 'UTF8'))), 'hex'), 19)
+                ELSE left(encode(
+                     sha256(mid.outer_pad || sha256(mid.inner_pad || convert_to(d.dedupe_key, 'UTF8'))), 'hex'), 32) END
+        || '@' || coalesce(lower(substring(coalesce(d.from_address, mid.default_from)
+                                           FROM '@([A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?)\s*>?\s*$')),
+                           mid.fallback) || '>'
 ELSE d.message_id END
 
 -- fragment: claimed_row
--- The columns of a claimed row, as store/rows.py decodes them; d is the row, lim.max_bytes the daemon's content limit (the content of a larger row is left out). Timestamps as date_part's float8 epoch: extract() would compute a numeric first, a third of the claim's CPU.
+-- The columns of a claimed row, as store/rows.py decodes them; d is the row, lim.max_bytes the daemon's content limit (the content of a larger row is left out), mid the Message-ID key (fragment first_message_id). Timestamps as date_part's float8 epoch: extract() would compute a numeric first, a third of the claim's CPU.
 d.id, d.dedupe_key, d.claim_token, d.attempts, d.max_attempts, d.transport, d.priority,
 date_part('epoch', d.scheduled_at) AS scheduled_at,
 date_part('epoch', d.expires_at) AS expires_at,
 date_part('epoch', d.created_at) AS created_at,
-date_part('epoch', d.first_attempt_at) AS first_attempt_at, d.message_id,
+date_part('epoch', d.first_attempt_at) AS first_attempt_at,
+-- include: first_message_id
+AS message_id,
 -- include: content_size
 AS content_bytes, d.retry_recipients,
 CASE WHEN
@@ -85,7 +88,7 @@ CASE WHEN
 -- include: suppressed
 
 -- name: claim_due
--- First release this session's advisory locks of keys $6 (outcomes committed earlier; a key held twice appears twice), then claim up to $1 due rows of email_queue for worker $3 with claim token $2, taking the per-key advisory lock of each; rows whose transport (null = $5) is in $4 (paused) are left alone. The queue row is marked claimed and the email_deliveries row becomes 'sending' (a HOT update: no index of email_deliveries covers a column this changes); its first claim writes its Message-ID ($8 to $11: fragment first_message_id). The content of a row larger than $7 bytes is not returned (the daemon fails it unread); timestamps come as epoch seconds and JSON as text, so that no value can break the decoding of the whole batch.
+-- First release this session's advisory locks of keys $6 (outcomes committed earlier; a key held twice appears twice), then claim up to $1 due rows of email_queue for worker $3 with claim token $2, taking the per-key advisory lock of each; rows whose transport (null = $5) is in $4 (paused) are left alone. The queue row is marked claimed and the email_deliveries row becomes 'sending' (a HOT update: no index of email_deliveries covers a column this changes); its first claim writes its Message-ID (key $8 to $11: fragment first_message_id). The content of a row larger than $7 bytes is not returned (the daemon fails it unread); timestamps come as epoch seconds and JSON as text, so that no value can break the decoding of the whole batch.
 WITH released AS (
     -- referenced below as a one-time filter, so it runs once, before any row is locked
     SELECT count(*) FILTER (WHERE pg_advisory_unlock(outbox_mailer_lock_key(k))) AS n
@@ -119,7 +122,8 @@ WITH released AS (
         attempts = d.attempts + 1, first_attempt_at = coalesce(d.first_attempt_at, now()), updated_at = now(),
         message_id =
             -- include: first_message_id
-    FROM (SELECT $7::bigint AS max_bytes) lim
+    FROM (SELECT $7::bigint AS max_bytes) lim,
+         (SELECT $8::bytea AS inner_pad, $9::bytea AS outer_pad, $10::text AS default_from, $11::text AS fallback) mid
     WHERE d.id = ANY (ARRAY(SELECT delivery_id FROM locked))
     RETURNING
         -- include: claimed_row
@@ -142,15 +146,16 @@ WHERE NOT pg_try_advisory_lock(outbox_mailer_lock_key(k));
 WITH decided AS (
     SELECT *
     FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::timestamptz[], $5::text[], $6::text[],
-                $7::timestamptz[], $8::integer[], $9::text[], $10::text[])
+                $7::timestamptz[], $8::integer[], $9::text[], $10::text[], $21::text[])
          AS o(id, claim_token, status, scheduled_at, last_error, provider_message_id, sent_at, refund,
-              retry_recipients, refused_recipients)
+              retry_recipients, refused_recipients, message_id)
 ), updated AS (
     UPDATE email_deliveries d
     SET status = o.status,
         scheduled_at = coalesce(o.scheduled_at, d.scheduled_at),
         last_error = o.last_error,
         provider_message_id = coalesce(o.provider_message_id, d.provider_message_id),
+        message_id = coalesce(d.message_id, o.message_id),  -- a rescued claim of a daemon that did not write it
         sent_at = o.sent_at,
         attempts = d.attempts - o.refund,
         retry_recipients = CASE WHEN o.retry_recipients IS NOT NULL
@@ -211,7 +216,7 @@ WHERE a.delivery_id = ANY ($1::bigint[]);
 SELECT date_part('epoch', min(scheduled_at)) AS next_due_at FROM email_queue WHERE claimed_at IS NULL;
 
 -- name: find_dead_claims
--- Claims (found through email_queue) older than $1 seconds whose advisory lock nobody holds, except this session's own rows $3 (session locks are re-entrant); locks each for this session. Columns as claim_due returns them (content left out above $4 bytes), with the claim and the batch the row was sent in (null: sent alone).
+-- Claims (found through email_queue) older than $1 seconds whose advisory lock nobody holds, except this session's own rows $3 (session locks are re-entrant); locks each for this session. Columns as claim_due returns them (content left out above $4 bytes; the Message-ID that was sent, from the key $5 to $8, where the claiming daemon did not write it), with the claim and the batch the row was sent in (null: sent alone).
 WITH stale AS (
     SELECT d.id AS delivery_id, outbox_mailer_lock_key(d.dedupe_key) AS lock_key
     FROM email_deliveries d
@@ -228,7 +233,8 @@ SELECT
     -- include: claimed_row
     , d.claimed_at, d.claimed_by,
     (SELECT q.batch_id FROM email_queue q WHERE q.delivery_id = d.id) AS batch_id
-FROM email_deliveries d, (SELECT $4::bigint AS max_bytes) lim
+FROM email_deliveries d, (SELECT $4::bigint AS max_bytes) lim,
+     (SELECT $5::bytea AS inner_pad, $6::bytea AS outer_pad, $7::text AS default_from, $8::text AS fallback) mid
 WHERE d.id = ANY (ARRAY(SELECT delivery_id FROM locked));
 
 -- name: open_batch

@@ -1,8 +1,8 @@
 -- outbox-mailer schema, version 9: what happened after the first server accepted an email.
 --
 -- 1. email_deliveries gains
---    - message_id: the Message-ID the daemon sends the row with, written by its first claim
---      (outbox_mailer/message_ids.py), so anyone can match replies and bounces to the row;
+--    - message_id: the Message-ID the daemon composed (<hex@domain>, an HMAC of the dedupe key),
+--      written with the row's first attempt, so anyone can match replies and bounces to the row;
 --    - delivery_event and delivery_event_at: the latest of delivered, delayed, bounced,
 --      complained that a provider or a bounce reported (null while nothing is known);
 --    - ignore_suppressions: application-owned, for mail that must go out to a suppressed
@@ -29,7 +29,7 @@ ALTER TABLE email_deliveries
         CHECK (delivery_event IN ('delivered', 'delayed', 'bounced', 'complained'));
 
 COMMENT ON COLUMN email_deliveries.message_id IS
-    'The Message-ID header the daemon sends, written by the first claim';
+    'The Message-ID header the daemon sent, written with the first attempt';
 COMMENT ON COLUMN email_deliveries.delivery_event IS
     'Latest delivery event reported for the row (delivered, delayed, bounced, complained); null while unknown';
 COMMENT ON COLUMN email_deliveries.ignore_suppressions IS
@@ -86,8 +86,6 @@ CREATE TABLE email_webhook_tokens (
     seen_at     timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (provider, token)
 );
--- prune forgets tokens a day after they were seen (a request signed that long ago is refused by its timestamp)
-CREATE INDEX email_webhook_tokens_seen_idx ON email_webhook_tokens (seen_at);
 
 -- The form in which an address is suppressed, and compared: the address inside "Name <...>" if
 -- there is one, in Unicode normal form C, lower case (outbox_mailer/suppression.py writes the same

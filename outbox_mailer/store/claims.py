@@ -159,9 +159,8 @@ class ClaimSession:
             unlock, self._unlock_later = self._unlock_later, []
             with translate_errors():
                 rows = await self._conn.fetch(sql("claim_due"), limit, token, worker, list(paused), default_transport,
-                                              unlock, max_content_bytes, message_ids.inner_pad,
-                                              message_ids.outer_pad, message_ids.default_from,
-                                              message_ids.fallback_domain)
+                                              unlock, max_content_bytes, message_ids.inner_pad, message_ids.outer_pad,
+                                              message_ids.default_from, message_ids.fallback_domain)
         return [delivery_from_row(r, max_content_bytes) for r in rows]
 
     async def go_idle(self) -> int:
@@ -240,17 +239,19 @@ class ClaimSession:
 
     async def find_dead_claims(
         self, older_than_seconds: float, limit: int, *, own: Sequence[int] = (),
-        max_content_bytes: int = 10 * 1024 * 1024,
+        max_content_bytes: int = 10 * 1024 * 1024, message_ids: MessageIdKey = DEFAULT_KEY,
     ) -> list[DeadClaim]:
         """Claims whose holder is gone, each now locked by this session.
 
         ``own``: ids this session claimed itself (a session's advisory locks are
-        re-entrant, so they would look free to it).
+        re-entrant, so they would look free to it). ``message_ids``: to give a claim of a daemon
+        that did not write the row's Message-ID the one it sent (message_ids.py).
         """
         async with self._lock:
             with translate_errors():
                 rows = await self._conn.fetch(sql("find_dead_claims"), older_than_seconds, limit, list(own),
-                                              max_content_bytes)
+                                              max_content_bytes, message_ids.inner_pad, message_ids.outer_pad,
+                                              message_ids.default_from, message_ids.fallback_domain)
         return [DeadClaim(delivery_from_row(r, max_content_bytes), r["claimed_at"], r["claimed_by"], r["batch_id"])
                 for r in rows]
 

@@ -3,11 +3,12 @@
 The form is ``<13 hex digits of the first claim's time in µs><19 hex digits of HMAC-SHA256(secret,
 dedupe key)>@<sender's domain>``, computed by the claim statement itself (outbox_mailer/message_ids.py).
 These tests check it against Python's own HMAC, for the domain cases, for a row first claimed before
-schema 9, and for a value someone else wrote into the column.
+schema 10, and for a value someone else wrote into the column.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import hmac
 import re
@@ -85,20 +86,43 @@ async def test_the_sender_domain_decides_the_right_hand_side(store: SqlStore, se
     await add(store, "defaulted", None)
     await add(store, "idn", "Bücher <info@bücher.example>")  # SQL has no IDNA: the default sender's domain
     await add(store, "quoted", '"x@y" <"we@ird"@quoted.example>')
+    await add(store, "spaced", "Shop <shop@Spaced.Example.com >  ")
+    await add(store, "dotted", "a@İbm.example")  # lower('İ') is 'i' under some collations: not the sender's
     claimed = {d.dedupe_key: d.message_id for d in await session.claim_due(10, "w", message_ids=KEY)}
     assert {k: v.split("@", 1)[1] for k, v in claimed.items()} == {
         "plain": "plain.example.net>", "defaulted": "default.example.org>", "idn": "default.example.org>",
-        "quoted": "quoted.example>"}
+        "quoted": "quoted.example>", "spaced": "spaced.example.com>", "dotted": "default.example.org>"}
 
 
-async def test_a_row_first_claimed_before_schema_9_gets_the_form_it_was_sent_with(
+async def test_a_row_first_claimed_before_schema_10_gets_the_form_it_was_sent_with(
         store: SqlStore, session: ClaimSession) -> None:
-    # schema 8's daemon sent <first 32 hex digits of the HMAC@domain> and stored nothing
+    # a daemon before schema 10 sent <first 32 hex digits of the HMAC@domain>, stored with the outcome or not at all
     await add(store, "legacy", "shop@example.com")
     await store.execute("UPDATE email_deliveries SET first_attempt_at = now() - interval '1 h', attempts = 1 "
                         "WHERE dedupe_key = 'legacy'")
     [d] = await session.claim_due(1, "w", message_ids=KEY)
     assert d.message_id == f"<{mac('legacy', 32)}@example.com>"
+
+
+async def test_a_rescued_claim_of_an_older_daemon_is_resent_and_recorded_with_the_form_it_sent(
+        db_url: str, store: SqlStore, session: ClaimSession) -> None:
+    # an older daemon claimed it (first_attempt_at set, no message_id written) and died
+    await add(store, "orphan", "shop@example.com")
+    [d] = await session.claim_due(1, "w", message_ids=KEY)
+    await store.execute("UPDATE email_deliveries SET message_id = NULL, claimed_at = now() - interval '1 h' "
+                        "WHERE dedupe_key = 'orphan'")
+    await session.release_locks(["orphan"])
+    rescuer = await ClaimSession.open(db_url)
+    try:
+        [dead] = await rescuer.find_dead_claims(60, 10, message_ids=KEY)
+        legacy = f"<{mac('orphan', 32)}@example.com>"
+        assert dead.delivery.message_id == legacy
+        write = write_for(dead.delivery, Status.SENT)
+        write = dataclasses.replace(write, attempt=dataclasses.replace(write.attempt, message_id=legacy))
+        assert await rescuer.record_outcomes([write]) == {d.id}
+    finally:
+        await rescuer.close()
+    assert await stored(store, "orphan") == legacy
 
 
 async def test_a_value_written_into_the_column_before_the_first_claim_is_replaced(
