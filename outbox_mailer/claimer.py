@@ -61,8 +61,9 @@ class Claimer:
         self.last_claim_ok = -math.inf  # monotonic time of the last successful claim (health)
 
     def paused(self) -> list[str]:
+        """Transports whose rows nothing can carry now: paused, and so is every fallback they have."""
         now = anyio.current_time()
-        return [name for name, gate in self._gates.items() if gate.is_paused(now)]
+        return [name for name in self._gates if self._executor.routes.paused_everywhere(name, now)]
 
     def _pauses_left(self) -> list[float]:
         now = anyio.current_time()
@@ -126,7 +127,7 @@ class Claimer:
             self._inflight.hold(batch, self.last_claim_ok)
             for delivery in batch:
                 if not self._executor.refuse_unsendable(delivery):
-                    self._lanes[self._executor.transport_of(delivery)].submit(delivery)
+                    self._lanes[self._executor.route(delivery)].submit(delivery)
             if len(batch) < want:
                 await self._idle(session)
 

@@ -36,10 +36,17 @@ from pydantic_settings import (
 )
 
 from .addresses import parse_address
-from .config_checks import check_database_url, check_helo_name, parse_listen_address, source_error
+from .config_checks import (
+    check_database_url,
+    check_fallbacks,
+    check_helo_name,
+    parse_listen_address,
+    source_error,
+)
 from .errors import CompositionError, ConfigurationError
 from .event_settings import SuppressionSettings, WebhookSettings
 from .redaction import redacted_url
+from .staging import ALLOWED_SETTING, REDIRECT_SETTING, allowed_patterns, checked_redirect
 from .transports.registry import API_PROVIDERS, BATCH_KINDS, TRANSPORT_KINDS, has_batch_endpoint, in_house
 
 ENV_PREFIX = "OUTBOX_MAILER_"
@@ -75,6 +82,8 @@ class SmtpSettings(BaseModel):
     idempotency_window_seconds: float = Field(default=86_400.0, gt=0, le=30 * DAY)  # how long the relay remembers a key; at most 30 days
     rate_per_second: float | None = Field(default=None, ge=MIN_RATE, le=MAX_RATE)  # None: no rate limit; 0.001-100000
     burst: int = Field(default=1, ge=1, le=MAX_RATE)  # sends allowed at once above the rate; 1-100000
+    fallback: str | None = None  # the transport that takes a row this one provably did not accept (failover.py)
+    failover_after_seconds: float = Field(default=60.0, gt=0, le=DAY)  # a throttling wait longer than this fails over
 
     @field_validator("helo_name")
     @classmethod
@@ -138,6 +147,8 @@ class ApiTransportSettings(BaseModel):
     max_parallel: int = Field(default=4, ge=1, le=256)  # requests in flight; 1-256
     rate_per_second: float | None = Field(default=None, ge=MIN_RATE, le=MAX_RATE)  # None: Resend 2/s, others unlimited; 0.001-100000
     burst: int = Field(default=1, ge=1, le=MAX_RATE)  # 1-100000
+    fallback: str | None = None  # as SmtpSettings.fallback
+    failover_after_seconds: float = Field(default=60.0, gt=0, le=DAY)
     # Many emails per request where the provider has a batch endpoint: default true for
     # resend (100 per request) and postmark (500), false for the other kinds (true is refused).
     batch: bool = True
@@ -247,6 +258,8 @@ class Settings(BaseSettings):
     webhooks: WebhookSettings = WebhookSettings()  # `outbox-mailer webhooks`: the provider event receiver
     suppression: SuppressionSettings = SuppressionSettings()
     debug_wedge_file: str | None = None  # while this file exists the claim loop stops: proves a watchdog set-up
+    allowed_recipients: str | None = None  # staging guard: only these (addresses, @domain, @*.domain) get mail
+    redirect_to: str | None = None  # staging guard: every email goes to this address instead (staging.py)
 
     @field_validator("database_url")
     @classmethod
@@ -265,6 +278,18 @@ class Settings(BaseSettings):
             except CompositionError as exc:
                 raise ValueError(f"{value!r} is not a valid sender address: {exc.reason}") from None
         return value
+
+    @field_validator("allowed_recipients")
+    @classmethod
+    def _allowed_recipients(cls, value: str | None) -> str | None:
+        if value is not None:
+            allowed_patterns(value)  # ValueError naming the bad entry
+        return value
+
+    @field_validator("redirect_to")
+    @classmethod
+    def _redirect_to(cls, value: str | None) -> str | None:
+        return value if value is None else checked_redirect(value)
 
     @field_validator("metrics_address")
     @classmethod
@@ -309,11 +334,15 @@ class Settings(BaseSettings):
                 f"rescue_after_seconds ({self.rescue_after_seconds:g}) must exceed the longest send timeout "
                 f"({longest:g} s) by more than 1 s, or a live send could be rescued"
             )
+        if self.allowed_recipients is not None and self.redirect_to is not None:
+            raise ValueError(f"{ALLOWED_SETTING} and {REDIRECT_SETTING} are both set: a staging guard allows some "
+                             "recipients or redirects all of them, choose one")
         if "smtp" in self.transports:
             raise ValueError("the transport name 'smtp' is taken by the OUTBOX_MAILER_SMTP__* settings")
         for name in self.transports:
             if not name or len(name) > 64 or not name.replace("-", "").replace("_", "").isalnum():
                 raise ValueError(f"transport name {name!r}: use 1-64 letters, digits, '-' or '_'")
+        check_fallbacks({name: t.fallback for name, t in self.all_transports().items()})
         if self.default_transport not in self.all_transports():
             raise ValueError(
                 f"default_transport {self.default_transport!r} is not configured "

@@ -108,3 +108,23 @@ def parse_listen_address(value: str) -> tuple[str, int]:
     if not (port_text.isascii() and port_text.isdigit()) or not 1 <= int(port_text) <= 65535:
         raise ValueError(f"{value!r}: the port must be a number from 1 to 65535")
     return host, int(port_text)
+
+
+def fallback_setting(name: str) -> str:
+    return "OUTBOX_MAILER_SMTP__FALLBACK" if name == "smtp" else f"OUTBOX_MAILER_TRANSPORTS__{name.upper()}__FALLBACK"
+
+
+def check_fallbacks(fallbacks: dict[str, str | None]) -> None:
+    """Each transport's fallback names a configured transport, and no chain comes back to itself."""
+    for name, fallback in fallbacks.items():
+        if fallback is None:
+            continue
+        if fallback not in fallbacks:
+            raise ValueError(f"{fallback_setting(name)}: unknown transport {fallback!r} "
+                             f"(configured: {', '.join(sorted(fallbacks))})")
+        chain = [name]
+        while fallback is not None:
+            if fallback in chain:
+                raise ValueError(f"{fallback_setting(name)}: the fallbacks loop: {' -> '.join([*chain, fallback])}")
+            chain.append(fallback)
+            fallback = fallbacks[fallback]

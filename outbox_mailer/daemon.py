@@ -25,6 +25,7 @@ older than the rescue delay.
 
 from __future__ import annotations
 
+import functools
 import gc
 import logging
 import os
@@ -52,6 +53,7 @@ from .recorder import Recorder
 from .rescuer import Rescuer
 from .retention import prune_periodically
 from .sessions import DaemonSessions
+from .staging import StagingGuard
 from .store import Store
 from .systemd import SystemdNotifier
 
@@ -141,6 +143,9 @@ class Daemon:
             await self._db.ensure_listening()
             log.info("started worker=%s concurrency=%d batch=%d", self.worker, self.settings.concurrency,
                      self.settings.batch_size)
+            guard = StagingGuard.of(self.settings.allowed_recipients, self.settings.redirect_to)
+            if guard is not None:
+                log.warning("staging guard on: %s", guard.describe())
             self.notifier.ready(self.liveness.status())
             gc.freeze()  # what start-up built lives as long as the daemon: the collector need not scan it again
             async with anyio.create_task_group() as outer:
@@ -153,7 +158,8 @@ class Daemon:
                     async with anyio.create_task_group() as sends:
                         for lane in self.lanes.values():
                             for _ in range(lane.workers):
-                                sends.start_soon(lane.serve, self.executor.carry, self.executor.carry_batch)
+                                sends.start_soon(lane.serve, self.executor.carry,
+                                                 functools.partial(self.executor.carry_batch, name=lane.name))
                         await self.claimer.run()
                         await self._drain(sends)
                     for lane in self.lanes.values():

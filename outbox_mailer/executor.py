@@ -29,6 +29,7 @@ members under other keys.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 from collections.abc import Callable, Mapping, Sequence
@@ -53,9 +54,11 @@ from .delivery import (
     Transport,
 )
 from .errors import CompositionError, DatabaseError
+from .failover import Routes
 from .gate import TransportGate
 from .inflight import InFlight
 from .recorder import Recorder
+from .staging import StagingGuard
 from .store import AttemptRecord, OutcomeWrite, RecordedBatch
 from .suppression import screen
 from .transports import resend_safe_until
@@ -119,20 +122,32 @@ class Executor:
             in_doubt=settings.in_doubt,
         )
         self._rescue_after = settings.effective_rescue_after_seconds  # derived from every transport: once
-        self._dropped: dict[int, tuple[RefusedRecipient, ...]] = {}  # suppressed recipients left out, by row id
+        self._dropped: dict[int, tuple[RefusedRecipient, ...]] = {}  # recipients left out (suppressed, a Bcc redirected)
+        self._guard = StagingGuard.of(settings.allowed_recipients, settings.redirect_to)
+        self.routes = Routes.of(settings, gates)
 
     def transport_of(self, delivery: Delivery) -> str:
         return delivery.transport or self.default_transport
+
+    def route(self, delivery: Delivery) -> str:
+        """The transport to carry the row now: its own, or a fallback while its own is paused."""
+        return self.routes.route(self.transport_of(delivery), anyio.current_time())
 
     # -- the ways a claimed row ends ---------------------------------------------
 
     async def carry(self, delivery: Delivery, message: ComposedMessage | None = None) -> None:
         """Send one row (a lane's worker calls this; a batch passes a member it composed already) and
         hand its outcome to the recorder."""
+        await self._carry_on(delivery, message, self.route(delivery), ())
+
+    async def _carry_on(self, delivery: Delivery, message: ComposedMessage | None, name: str,
+                        earlier: tuple[AttemptRecord, ...]) -> None:
+        """Send one row through ``name``, and on through its fallbacks while each provably did not
+        take it (failover.py); ``earlier``: the attempts on the transports it failed over from."""
         started = self.clock()
-        name = self.transport_of(delivery)
         try:
             outcome, message = await self._attempt(delivery, name, started, message)
+            outcome = self.gates[name].observe(outcome)
         except anyio.get_cancelled_exc_class():
             # cut off by the grace period: the row stays 'sending' for the rescuer
             log.warning("abandoned key=%s attempt=%d: cancelled during the send", delivery.dedupe_key,
@@ -143,8 +158,20 @@ class Executor:
         except Exception as exc:  # a poison row must not stop the daemon
             log.exception("unexpected error sending key=%s", delivery.dedupe_key)
             outcome = Outcome.permanent(f"internal error: {type(exc).__name__}: {exc}")
-        self._finish(delivery, name, started, self.gates[name].observe(outcome),
-                     message.message_id if message is not None else None)
+        await self._settle(delivery, message, name, started, outcome, earlier)
+
+    async def _settle(self, delivery: Delivery, message: ComposedMessage | None, name: str, started: datetime,
+                      outcome: Outcome, earlier: tuple[AttemptRecord, ...] = ()) -> None:
+        """Record ``outcome`` (its gate has seen it) of the attempt on ``name``, or carry the row on
+        to a fallback when ``name`` provably did not take it."""
+        fallback = self.routes.next_for(name, outcome, anyio.current_time()) if message is not None else None
+        if fallback is None or message is None:
+            self._finish(delivery, name, started, outcome, message.message_id if message is not None else None,
+                         earlier=earlier)
+            return
+        log.warning("failover key=%s from %s to %s: %s", delivery.dedupe_key, name, fallback, outcome.error)
+        record = self._write(delivery, name, started, outcome, message.message_id, keep_notes=True).attempt
+        await self._carry_on(delivery, message, fallback, (*earlier, record))
 
     def refuse_unsendable(self, delivery: Delivery) -> bool:
         """Fail at once, without a network call, a row that cannot be read or names no configured
@@ -186,9 +213,10 @@ class Executor:
 
     # -- batches ------------------------------------------------------------------
 
-    async def carry_batch(self, deliveries: list[Delivery]) -> None:
-        """Send rows queued together on a batching transport's lane (a lane's worker calls this)."""
-        name = self.transport_of(deliveries[0])
+    async def carry_batch(self, deliveries: list[Delivery], name: str | None = None) -> None:
+        """Send rows queued together on a batching transport's lane (a lane's worker calls this, with
+        its transport's ``name``: a row routed there while its own transport was paused may name another)."""
+        name = name or self.route(deliveries[0])
         transport = self.transports[name]
         started = self.clock()
         members: list[Delivery] = []
@@ -227,7 +255,7 @@ class Executor:
             if isinstance(result, SendSingly):
                 await self.carry(delivery, message)
             else:
-                self._finish(delivery, name, started, self.gates[name].observe(result), message.message_id)
+                await self._settle(delivery, message, name, started, self.gates[name].observe(result))
 
     async def _request_batch(self, name: str, transport: Transport, members: list[Delivery],
                              messages: list[ComposedMessage]) -> list[BatchOutcome]:
@@ -297,9 +325,15 @@ class Executor:
         screened = screen(delivery)
         if screened.refusal is not None:
             return screened.refusal
-        if screened.dropped:
-            self._dropped[delivery.id] = screened.dropped
-        return self._compose(screened.delivery, now)
+        delivery, notes = screened.delivery, screened.dropped
+        if self._guard is not None:  # staging: only allowed recipients, or everything redirected
+            guarded = self._guard.apply(delivery)
+            if guarded.refusal is not None:
+                return guarded.refusal
+            delivery, notes = guarded.delivery, notes + guarded.notes
+        if notes:
+            self._dropped[delivery.id] = notes
+        return self._compose(delivery, now)
 
     def _compose(self, delivery: Delivery, now: datetime) -> ComposedMessage | Outcome:
         try:
@@ -337,13 +371,15 @@ class Executor:
         return age + transport.send_timeout_seconds + START_MARGIN_SECONDS < self._rescue_after
 
     def _finish(self, delivery: Delivery, name: str, started: datetime, outcome: Outcome,
-                message_id: str | None = None) -> None:
-        """Decide, and hand the write to the recorder (never waits: nothing can cancel the hand-over)."""
+                message_id: str | None = None, *, earlier: tuple[AttemptRecord, ...] = ()) -> None:
+        """Decide, and hand the write to the recorder (never waits: nothing can cancel the hand-over);
+        ``earlier``: attempts on the transports the row failed over from, written with it."""
         self._inflight.send_returned()
-        self._recorder.submit(self._write(delivery, name, started, outcome, message_id))
+        write = self._write(delivery, name, started, outcome, message_id)
+        self._recorder.submit(dataclasses.replace(write, earlier=earlier) if earlier else write)
 
     def _write(self, delivery: Delivery, name: str, started: datetime, outcome: Outcome,
-               message_id: str | None = None, *, worker: str | None = None) -> OutcomeWrite:
+               message_id: str | None = None, *, worker: str | None = None, keep_notes: bool = False) -> OutcomeWrite:
         finished = self.clock()
         transition = decide(delivery, outcome, finished, self.policy, self._rng.random())
         attempt = AttemptRecord(
@@ -356,7 +392,7 @@ class Executor:
             error=outcome.error if outcome.kind is not OutcomeKind.SENT else transition.last_error,
             transport=name,
             worker=worker or self.worker,
-            refused=outcome.refused + self._dropped.pop(delivery.id, ()),
+            refused=outcome.refused + (self._dropped.get if keep_notes else self._dropped.pop)(delivery.id, ()),
             message_id=message_id,
         )
         return OutcomeWrite(delivery, transition, attempt)

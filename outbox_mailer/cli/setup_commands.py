@@ -11,6 +11,7 @@ from ..config import Settings
 from ..errors import DatabaseError, TransportUnavailable
 from ..grants import grant_statements
 from ..migrations import expected_schema_version
+from ..staging import StagingGuard
 from ..store import Store
 from .database import run_with_store, with_store
 from .output import EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, check_line, emit
@@ -43,6 +44,8 @@ def cmd_check(args: argparse.Namespace, settings: Settings) -> int:
 
     async def go() -> int:
         report("configuration", True, settings.redacted())
+        guard = StagingGuard.of(settings.allowed_recipients, settings.redirect_to)
+        report("staging guard", True, guard.describe() if guard is not None else "off: every recipient gets mail")
         code = EXIT_OK
         try:
             version = await with_store(settings, lambda s: s.schema_version())

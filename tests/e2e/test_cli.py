@@ -149,8 +149,11 @@ def test_check_reports_each_dependency(installed: Installed, env: dict[str, str]
     checks = {c["check"]: c for c in map(json.loads, ok.stdout.splitlines())}
     assert checks["database"]["ok"] and "hunter2" not in ok.stdout
     assert checks["configuration"]["detail"]["smtp"]["password"] == "**********"
+    assert checks["staging guard"]["detail"] == "off: every recipient gets mail"
     down = installed.cli("check", env={**env, "OUTBOX_MAILER_SMTP__PORT": str(free_port())})
     assert down.returncode == 3 and "[FAIL] smtp" in down.stdout
+    guarded = installed.cli("check", env={**env, "OUTBOX_MAILER_REDIRECT_TO": "qa@example.com"})
+    assert "staging guard: OUTBOX_MAILER_REDIRECT_TO: every email goes to qa@example.com alone" in guarded.stdout
 
 
 def test_demo_runs_from_the_install(installed: Installed) -> None:

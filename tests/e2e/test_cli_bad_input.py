@@ -59,6 +59,8 @@ def test_every_command_refuses_a_bad_helo_name_at_start_up(installed: Installed,
         ("OUTBOX_MAILER_PAUSE_MAX_SECONDS", "1e12"),
         ("OUTBOX_MAILER_RETRY__MAX_SECONDS", "inf"),
         ("OUTBOX_MAILER_POLL_INTERVAL_SECONDS", "inf"),
+        ("OUTBOX_MAILER_ALLOWED_RECIPIENTS", "qa@example.com,,@example.org"),
+        ("OUTBOX_MAILER_REDIRECT_TO", "qa at example"),
     ],
 )
 def test_check_refuses_settings_that_would_fail_at_run_time(installed: Installed, env: dict[str, str],
@@ -67,6 +69,12 @@ def test_check_refuses_settings_that_would_fail_at_run_time(installed: Installed
     assert_usage(out, variable)
     assert "[ok]" not in out.stdout
     assert len(out.stderr.strip().splitlines()) == 1
+
+
+def test_run_refuses_both_staging_guards_at_once(installed: Installed, env: dict[str, str]) -> None:
+    out = installed.cli("run", env={**env, "OUTBOX_MAILER_ALLOWED_RECIPIENTS": "@example.com",
+                                    "OUTBOX_MAILER_REDIRECT_TO": "qa@example.com"}, timeout=30)
+    assert_usage(out, "OUTBOX_MAILER_ALLOWED_RECIPIENTS and OUTBOX_MAILER_REDIRECT_TO are both set")
 
 
 def test_prune_with_an_absurd_retention_exits_2(installed: Installed, env: dict[str, str]) -> None:

@@ -1,0 +1,149 @@
+"""Failover between two real SMTP servers: a row moves to the fallback only when the primary
+provably did not take it, and new rows use the primary again once it is back."""
+
+from __future__ import annotations
+
+import email
+import email.policy
+from collections.abc import AsyncIterator, Callable, Iterator
+from types import SimpleNamespace
+from typing import Any
+
+import anyio
+import pytest
+
+from outbox_mailer.config import ApiTransportSettings
+from outbox_mailer.daemon import Daemon
+from outbox_mailer.store import Store
+from outbox_mailer.transports.api.http import HttpApiTransport
+from outbox_mailer.transports.smtp import SmtpTransport
+from tests.integration.conftest import Running, insert, settings_for
+from tests.provider_server import ProviderServer
+from tests.smtp_server import SmtpTestServer, free_port, running_smtp_server
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def backup() -> Iterator[SmtpTestServer]:
+    with running_smtp_server() as server:
+        yield server
+
+
+@pytest.fixture
+async def failover(db_url: str, store: Store, smtp_server: SmtpTestServer,  # noqa: F811
+                   backup: SmtpTestServer) -> AsyncIterator[Callable[..., Any]]:
+    """failover(**settings): a daemon whose smtp transport (the test's smtp_server) falls back to
+    "backup", a second SMTP server."""
+    started: list[tuple[Daemon, Any, list[SmtpTransport]]] = []
+
+    async def start(**overrides: Any) -> Running:
+        backup_settings = {"kind": "smtp", "host": backup.host, "port": backup.port, "tls": "none",
+                           "connect_timeout_seconds": 2, "command_timeout_seconds": 2, "data_timeout_seconds": 2}
+        settings = settings_for(db_url, smtp_server, transports={"backup": backup_settings},
+                                pause_base_seconds=0.3, pause_max_seconds=0.3, **overrides)
+        settings.smtp.fallback = "backup"  # type: ignore[misc]
+        transports = [SmtpTransport(settings.smtp), SmtpTransport(settings.transports["backup"])]  # type: ignore[arg-type]
+        daemon = Daemon(settings, {"smtp": transports[0], "backup": transports[1]})
+        tg = anyio.create_task_group()
+        await tg.__aenter__()
+        tg.start_soon(daemon.run)
+        started.append((daemon, tg, transports))
+        return Running(daemon, store)
+
+    yield start
+    for daemon, tg, transports in reversed(started):
+        daemon.stop()
+        await tg.__aexit__(None, None, None)
+        for transport in transports:
+            await transport.aclose()
+
+
+async def attempts(store: Store, row_id: int) -> list[tuple[str, str]]:
+    return [(a["transport"], a["outcome"]) for a in await store.attempts(row_id)]
+
+
+async def test_with_the_primary_down_every_row_goes_out_once_through_the_fallback(
+        failover: Any, store: Store, smtp_server: SmtpTestServer, backup: SmtpTestServer) -> None:
+    smtp_server.stop()  # the port refuses connections
+    keys = [f"down-{i}" for i in range(12)]
+    for key in keys:
+        await insert(store, key)
+    r = await failover()
+    rows = await r.final(*keys)
+    assert {row["status"] for row in rows.values()} == {"sent"}
+    assert {row["transport"] for row in rows.values()} == {None}, "the row keeps what the application asked for"
+    received = [email.message_from_bytes(m.data, policy=email.policy.default) for m in backup.accepted]
+    assert len(received) == 12 and len({m["Message-ID"] for m in received}) == 12, "each row once"
+    assert {m["Message-ID"] for m in received} == {row["message_id"] for row in rows.values()}
+    histories = [await attempts(store, row["id"]) for row in rows.values()]
+    for history, row in zip(histories, rows.values(), strict=True):
+        assert history[-1] == ("backup", "sent") and history[:-1] in ([], [("smtp", "transient")])
+        assert row["attempts"] == 1, "an attempt no server judged is not charged"
+    assert [("smtp", "transient"), ("backup", "sent")] in histories, "a send in flight failed over at once"
+    assert [("backup", "sent")] in histories, "once the primary was paused, rows went straight to the fallback"
+
+
+async def test_an_ambiguous_answer_of_the_primary_never_fails_over(
+        failover: Any, store: Store, smtp_server: SmtpTestServer, backup: SmtpTestServer) -> None:
+    smtp_server.drop("DATA")  # the body went out, no answer came: it may have been accepted
+    await insert(store, "unsure")
+    r = await failover(in_doubt="hold")
+    rows = await r.final("unsure")
+    assert rows["unsure"]["status"] == "in_doubt"
+    assert backup.accepted == [] and await attempts(store, rows["unsure"]["id"]) == [("smtp", "ambiguous")]
+
+
+async def test_a_refused_recipient_stays_refused_and_is_not_failed_over(
+        failover: Any, store: Store, smtp_server: SmtpTestServer, backup: SmtpTestServer) -> None:
+    smtp_server.fail("RCPT", "550 5.1.1 no such user")
+    await insert(store, "bad", to_addresses=["nobody@example.com"])
+    r = await failover()
+    rows = await r.final("bad")
+    assert rows["bad"]["status"] == "failed" and backup.accepted == []
+    assert await attempts(store, rows["bad"]["id"]) == [("smtp", "permanent")]
+
+
+async def test_new_rows_use_the_primary_again_once_it_is_back(
+        failover: Any, store: Store, smtp_server: SmtpTestServer, backup: SmtpTestServer) -> None:
+    smtp_server.stop()
+    await insert(store, "while-down")
+    r = await failover()
+    await r.final("while-down")
+    assert len(backup.accepted) == 1
+    smtp_server.start()
+    await anyio.sleep(0.5)  # the primary's pause (0.3 s) runs out
+    await insert(store, "after")
+    rows = await r.final("after")
+    assert rows["after"]["status"] == "sent"
+    assert [m.rcpt_tos for m in smtp_server.accepted] == [("to@example.com",)]
+    assert len(backup.accepted) == 1
+
+
+async def test_resend_refusing_the_account_hands_the_rows_to_postmark_under_the_same_key(
+        db_url: str, store: Store) -> None:
+    server = ProviderServer().start()
+    common = {"base_url": server.base_url, "timeout_seconds": 2, "rate_per_second": 1000, "burst": 100}
+    options = {"resend": {"kind": "resend", "api_key": "revoked", "fallback": "postmark", "batch": False, **common},
+               "postmark": {"kind": "postmark", "api_key": "test", "batch": False, **common}}
+    settings = settings_for(db_url, SimpleNamespace(host="127.0.0.1", port=free_port()), transports=options,
+                            default_transport="resend")
+    transports = {name: HttpApiTransport(ApiTransportSettings(**o), name=name) for name, o in options.items()}
+    daemon = Daemon(settings, transports, default_transport="resend")  # type: ignore[arg-type]
+    try:
+        for i in range(3):
+            await insert(store, f"api-{i}")
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(daemon.run)
+            rows = await Running(daemon, store).final("api-0", "api-1", "api-2")
+            daemon.stop()
+    finally:
+        for transport in transports.values():
+            await transport.aclose()
+        server.stop()
+    assert {row["status"] for row in rows.values()} == {"sent"}
+    assert {r.status for r in server.sends("/emails")} == {403}  # Resend: the key is not valid
+    delivered = server.sends("/email")
+    assert sorted(r.json()["Metadata"]["dedupe_key"] for r in delivered) == ["api-0", "api-1", "api-2"]
+    for row in rows.values():
+        assert (await attempts(store, row["id"]))[-1] == ("postmark", "sent")

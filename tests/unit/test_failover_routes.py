@@ -1,0 +1,87 @@
+"""Which transport carries a row, and which outcomes move it to a fallback (failover.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from outbox_mailer.breaker import Breaker
+from outbox_mailer.config import Settings
+from outbox_mailer.delivery import Outcome, RefusedRecipient
+from outbox_mailer.failover import Routes
+from outbox_mailer.gate import TransportGate
+
+NOW = 1000.0
+
+
+def routes(fallbacks: dict[str, str], paused: tuple[str, ...] = (), wait: float = 60.0) -> Routes:
+    names = {"smtp", "resend", "postmark", "ses", *fallbacks, *fallbacks.values()}
+    gates = {n: TransportGate(n, Breaker(1.0, 30.0), None) for n in names}
+    for name in paused:
+        gates[name].breaker.pause(NOW, 60)
+    return Routes(fallbacks, {n: wait for n in names}, gates)
+
+
+def test_a_row_goes_to_its_own_transport_while_it_is_open() -> None:
+    assert routes({"resend": "ses"}).route("resend", NOW) == "resend"
+
+
+def test_while_its_transport_is_paused_a_row_goes_to_the_first_open_one_of_the_chain() -> None:
+    r = routes({"resend": "postmark", "postmark": "ses"}, paused=("resend", "postmark"))
+    assert r.route("resend", NOW) == "ses" and r.route("postmark", NOW) == "ses"
+    assert not r.paused_everywhere("resend", NOW)
+
+
+def test_with_every_transport_of_the_chain_paused_nothing_is_claimed() -> None:
+    r = routes({"resend": "ses"}, paused=("resend", "ses"))
+    assert r.route("resend", NOW) == "resend" and r.paused_everywhere("resend", NOW)
+    assert routes({}, paused=("smtp",)).paused_everywhere("smtp", NOW)
+
+
+@pytest.mark.parametrize("outcome", [
+    Outcome.unreachable("connection refused"),
+    Outcome.paused("401 invalid API key", 60),
+    Outcome.transient("429 slow down", reply_code=429, retry_after_seconds=120),
+])
+def test_outcomes_that_prove_the_message_was_not_taken_fail_over(outcome: Outcome) -> None:
+    assert routes({"resend": "ses"}).next_for("resend", outcome, NOW) == "ses"
+
+
+@pytest.mark.parametrize("outcome", [
+    Outcome.ambiguous("timeout after DATA"),  # may have gone out: the in-doubt policy decides
+    Outcome.permanent("550 5.1.1 no such user", reply_code=550, enhanced_code="5.1.1"),  # a bad address stays bad
+    Outcome.transient("451 try later", reply_code=451),
+    Outcome.transient("429 slow down", reply_code=429, retry_after_seconds=30),  # within FAILOVER_AFTER_SECONDS
+    Outcome.transient("some refused", refused=(RefusedRecipient("a@example.com", 450, "later"),)),
+    Outcome.held_back("waited too long after the claim to start a send safely"),  # the claim's age, not the transport
+    Outcome.sent("id-1"),
+    Outcome.unsendable("cannot compose"),
+])
+def test_other_outcomes_never_fail_over(outcome: Outcome) -> None:
+    assert routes({"resend": "ses"}).next_for("resend", outcome, NOW) is None
+
+
+def test_held_back_by_a_paused_transport_fails_over_and_a_paused_fallback_is_skipped() -> None:
+    r = routes({"resend": "postmark", "postmark": "ses"}, paused=("resend", "postmark"))
+    assert r.next_for("resend", Outcome.held_back("transport paused"), NOW) == "ses"
+    assert routes({"resend": "ses"}, paused=("ses",)).next_for("resend", Outcome.unreachable("x"), NOW) is None
+    assert routes({}).next_for("resend", Outcome.unreachable("x"), NOW) is None
+
+
+def test_routes_come_from_the_settings() -> None:
+    settings = Settings(database_url="postgresql://u@127.0.0.1:1/db", smtp={"fallback": "resend"},
+                        transports={"resend": {"kind": "resend", "api_key": "k", "failover_after_seconds": 5}})
+    r = Routes.of(settings, {})
+    assert dict(r.fallbacks) == {"smtp": "resend"} and r.waits["resend"] == 5 and r.waits["smtp"] == 60
+
+
+@pytest.mark.parametrize(("kw", "message"), [
+    ({"smtp": {"fallback": "nope"}}, "OUTBOX_MAILER_SMTP__FALLBACK: unknown transport 'nope'"),
+    ({"smtp": {"fallback": "smtp"}}, "OUTBOX_MAILER_SMTP__FALLBACK: the fallbacks loop: smtp -> smtp"),
+    ({"smtp": {"fallback": "resend"}, "transports": {"resend": {"kind": "resend", "api_key": "k", "fallback": "smtp"}}},
+     "the fallbacks loop: smtp -> resend -> smtp"),
+    ({"transports": {"resend": {"kind": "resend", "api_key": "k", "failover_after_seconds": 0}}}, "greater than 0"),
+])
+def test_bad_fallbacks_are_refused(kw: dict[str, object], message: str) -> None:
+    with pytest.raises(ValueError) as exc:
+        Settings(database_url="postgresql://u@127.0.0.1:1/db", **kw)
+    assert message in str(exc.value)
