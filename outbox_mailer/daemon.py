@@ -158,7 +158,7 @@ class Daemon:
                     async with anyio.create_task_group() as sends:
                         for lane in self.lanes.values():
                             for _ in range(lane.workers):
-                                sends.start_soon(lane.serve, self.executor.carry,
+                                sends.start_soon(lane.serve, functools.partial(self.executor.carry, name=lane.name),
                                                  functools.partial(self.executor.carry_batch, name=lane.name))
                         await self.claimer.run()
                         await self._drain(sends)

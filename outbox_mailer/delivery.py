@@ -71,6 +71,8 @@ class Delivery:
     # recipients suppressed when it was claimed, as 'address reason YYYY-MM-DD' (suppression.py)
     suppressed: tuple[str, ...] = ()
     message_id: str | None = None  # written by the first claim (message_ids.py); None: never claimed
+    # the transport of the last attempt when its outcome was unknown: a resend goes there (failover.py)
+    pinned_transport: str | None = None
     # why the row cannot be sent as read (a value no decoder handles, content over the size
     # limit, left unread); the daemon fails such a row alone, without a network call
     defect: str | None = None

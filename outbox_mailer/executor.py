@@ -130,24 +130,22 @@ class Executor:
         return delivery.transport or self.default_transport
 
     def route(self, delivery: Delivery) -> str:
-        """The transport to carry the row now: its own, or a fallback while its own is paused."""
+        """The transport to carry the row now: its own, or a fallback while its own is paused; a row
+        whose last attempt's outcome is unknown stays where that attempt went (failover.py)."""
+        if delivery.pinned_transport is not None:
+            return delivery.pinned_transport
         return self.routes.route(self.transport_of(delivery), anyio.current_time())
 
     # -- the ways a claimed row ends ---------------------------------------------
 
-    async def carry(self, delivery: Delivery, message: ComposedMessage | None = None) -> None:
-        """Send one row (a lane's worker calls this; a batch passes a member it composed already) and
-        hand its outcome to the recorder."""
-        await self._carry_on(delivery, message, self.route(delivery), ())
-
-    async def _carry_on(self, delivery: Delivery, message: ComposedMessage | None, name: str,
-                        earlier: tuple[AttemptRecord, ...]) -> None:
-        """Send one row through ``name``, and on through its fallbacks while each provably did not
-        take it (failover.py); ``earlier``: the attempts on the transports it failed over from."""
+    async def carry(self, delivery: Delivery, message: ComposedMessage | None = None, *,
+                    name: str | None = None) -> None:
+        """Send one row through transport ``name`` (a lane's worker calls this with its own; a batch
+        passes a member it composed already) and hand its outcome to the recorder."""
+        name = name or self.route(delivery)
         started = self.clock()
         try:
             outcome, message = await self._attempt(delivery, name, started, message)
-            outcome = self.gates[name].observe(outcome)
         except anyio.get_cancelled_exc_class():
             # cut off by the grace period: the row stays 'sending' for the rescuer
             log.warning("abandoned key=%s attempt=%d: cancelled during the send", delivery.dedupe_key,
@@ -158,20 +156,8 @@ class Executor:
         except Exception as exc:  # a poison row must not stop the daemon
             log.exception("unexpected error sending key=%s", delivery.dedupe_key)
             outcome = Outcome.permanent(f"internal error: {type(exc).__name__}: {exc}")
-        await self._settle(delivery, message, name, started, outcome, earlier)
-
-    async def _settle(self, delivery: Delivery, message: ComposedMessage | None, name: str, started: datetime,
-                      outcome: Outcome, earlier: tuple[AttemptRecord, ...] = ()) -> None:
-        """Record ``outcome`` (its gate has seen it) of the attempt on ``name``, or carry the row on
-        to a fallback when ``name`` provably did not take it."""
-        fallback = self.routes.next_for(name, outcome, anyio.current_time()) if message is not None else None
-        if fallback is None or message is None:
-            self._finish(delivery, name, started, outcome, message.message_id if message is not None else None,
-                         earlier=earlier)
-            return
-        log.warning("failover key=%s from %s to %s: %s", delivery.dedupe_key, name, fallback, outcome.error)
-        record = self._write(delivery, name, started, outcome, message.message_id, keep_notes=True).attempt
-        await self._carry_on(delivery, message, fallback, (*earlier, record))
+        self._finish(delivery, name, started, self.gates[name].observe(outcome),
+                     message.message_id if message is not None else None)
 
     def refuse_unsendable(self, delivery: Delivery) -> bool:
         """Fail at once, without a network call, a row that cannot be read or names no configured
@@ -197,8 +183,11 @@ class Executor:
         """The write for a claim whose process died: its outcome is unknown. A row that went out in a
         batch is never safe to resend under its own key (the provider knows it by the batch's key):
         it goes through the in-doubt policy."""
-        transport = self.transports.get(self.transport_of(delivery))
-        window = None if batched else getattr(transport, "idempotency_window_seconds", None)
+        name = delivery.pinned_transport or self.transport_of(delivery)
+        # with a fallback, the dead process may have routed it anywhere along the chain: no window holds
+        unsure_where = delivery.pinned_transport is None and name in self.routes.fallbacks
+        transport = self.transports.get(name)
+        window = None if batched or unsure_where else getattr(transport, "idempotency_window_seconds", None)
         outcome = Outcome.ambiguous(
             f"claimed by {claimed_by} at {claimed_at.isoformat()}; that process stopped before recording "
             "the outcome",
@@ -207,7 +196,7 @@ class Executor:
         now = self.clock()
         transition = decide(delivery, outcome, now, self.policy, self._rng.random())
         attempt = AttemptRecord(delivery.attempts, claimed_at, max(now, claimed_at), outcome.kind, None, None,
-                                outcome.error, self.transport_of(delivery), f"rescuer {self.worker}",
+                                outcome.error, name, f"rescuer {self.worker}",
                                 message_id=delivery.message_id)  # so that events for it still find the row
         return OutcomeWrite(delivery, transition, attempt)
 
@@ -229,9 +218,9 @@ class Executor:
                 members.append(delivery)
                 messages.append(prepared)
             else:
-                await self.carry(delivery, prepared)
+                await self.carry(delivery, prepared, name=name)
         if len(members) == 1:
-            await self.carry(members[0], messages[0])
+            await self.carry(members[0], messages[0], name=name)
         elif members:
             await self._send_batch(name, transport, members, messages, started)
 
@@ -253,9 +242,9 @@ class Executor:
             return
         for delivery, message, result in zip(members, messages, results, strict=True):
             if isinstance(result, SendSingly):
-                await self.carry(delivery, message)
+                await self.carry(delivery, message, name=name)
             else:
-                await self._settle(delivery, message, name, started, self.gates[name].observe(result))
+                self._finish(delivery, name, started, self.gates[name].observe(result), message.message_id)
 
     async def _request_batch(self, name: str, transport: Transport, members: list[Delivery],
                              messages: list[ComposedMessage]) -> list[BatchOutcome]:
@@ -298,12 +287,17 @@ class Executor:
         identical key. None when it could not be resent now (the rows stay for the next rescue)."""
         transport = self.transports[batch.transport]
         started = self.clock()
-        messages = []
-        for delivery in members:
-            prepared = self._compose(delivery, started)
-            if isinstance(prepared, Outcome):
-                return None
-            messages.append(prepared)
+        # as composed the first time (not screened again: the same bytes under the same key), but never
+        # past the staging guard
+        prepared = [self._guarded(delivery) for delivery in members]
+        prepared = [p if isinstance(p, Outcome) else self._compose(p, started) for p in prepared]
+        if any(isinstance(p, Outcome) for p in prepared):
+            # the identical batch cannot go out: each refused row fails as it would have, the others
+            # (their first request's fate unknown) go through the in-doubt policy one by one
+            unknown = Outcome.ambiguous(f"batch {batch.key} not resent: some of its members may not be sent")
+            return [self._write(d, batch.transport, started, p if isinstance(p, Outcome) else unknown,
+                                worker=f"rescuer {self.worker}") for d, p in zip(members, prepared, strict=True)]
+        messages = [p for p in prepared if not isinstance(p, Outcome)]
         if await self.gates[batch.transport].admit() is not None:
             return None
         results = await transport.send_batch(messages, list(members), batch.key)  # type: ignore[attr-defined]
@@ -325,15 +319,21 @@ class Executor:
         screened = screen(delivery)
         if screened.refusal is not None:
             return screened.refusal
-        delivery, notes = screened.delivery, screened.dropped
-        if self._guard is not None:  # staging: only allowed recipients, or everything redirected
-            guarded = self._guard.apply(delivery)
-            if guarded.refusal is not None:
-                return guarded.refusal
-            delivery, notes = guarded.delivery, notes + guarded.notes
-        if notes:
-            self._dropped[delivery.id] = notes
-        return self._compose(delivery, now)
+        if screened.dropped:
+            self._dropped[delivery.id] = screened.dropped
+        guarded = self._guarded(screened.delivery)
+        return guarded if isinstance(guarded, Outcome) else self._compose(guarded, now)
+
+    def _guarded(self, delivery: Delivery) -> Delivery | Outcome:
+        """The row as the staging guard lets it go (only allowed recipients, or redirected), or why not."""
+        if self._guard is None:
+            return delivery
+        guarded = self._guard.apply(delivery)
+        if guarded.refusal is not None:
+            return guarded.refusal
+        if guarded.notes:
+            self._dropped[delivery.id] = self._dropped.get(delivery.id, ()) + guarded.notes
+        return guarded.delivery
 
     def _compose(self, delivery: Delivery, now: datetime) -> ComposedMessage | Outcome:
         try:
@@ -371,17 +371,20 @@ class Executor:
         return age + transport.send_timeout_seconds + START_MARGIN_SECONDS < self._rescue_after
 
     def _finish(self, delivery: Delivery, name: str, started: datetime, outcome: Outcome,
-                message_id: str | None = None, *, earlier: tuple[AttemptRecord, ...] = ()) -> None:
-        """Decide, and hand the write to the recorder (never waits: nothing can cancel the hand-over);
-        ``earlier``: attempts on the transports the row failed over from, written with it."""
+                message_id: str | None = None) -> None:
+        """Decide, and hand the write to the recorder (never waits: nothing can cancel the hand-over)."""
         self._inflight.send_returned()
-        write = self._write(delivery, name, started, outcome, message_id)
-        self._recorder.submit(dataclasses.replace(write, earlier=earlier) if earlier else write)
+        self._recorder.submit(self._write(delivery, name, started, outcome, message_id))
 
     def _write(self, delivery: Delivery, name: str, started: datetime, outcome: Outcome,
-               message_id: str | None = None, *, worker: str | None = None, keep_notes: bool = False) -> OutcomeWrite:
+               message_id: str | None = None, *, worker: str | None = None) -> OutcomeWrite:
         finished = self.clock()
         transition = decide(delivery, outcome, finished, self.policy, self._rng.random())
+        if transition.scheduled_at is not None and delivery.pinned_transport is None \
+                and self.routes.fails_over(name, outcome, anyio.current_time()):
+            # not taken, and a fallback is open: at once, and the claim routes it there
+            log.warning("failover key=%s from %s: %s", delivery.dedupe_key, name, outcome.error)
+            transition = dataclasses.replace(transition, scheduled_at=finished)
         attempt = AttemptRecord(
             attempt=delivery.attempts,
             started_at=started,
@@ -392,7 +395,7 @@ class Executor:
             error=outcome.error if outcome.kind is not OutcomeKind.SENT else transition.last_error,
             transport=name,
             worker=worker or self.worker,
-            refused=outcome.refused + (self._dropped.get if keep_notes else self._dropped.pop)(delivery.id, ()),
+            refused=outcome.refused + self._dropped.pop(delivery.id, ()),
             message_id=message_id,
         )
         return OutcomeWrite(delivery, transition, attempt)

@@ -7,19 +7,21 @@ moves on only when its transport **provably did not take the message**:
 * the attempt found no server that could judge it (connection refused, DNS, TLS, AUTH: the cause
   ``unreachable``), or the far side refused our account (``paused``: credentials, relaying, a
   quota);
-* the transport was paused when the send was to start (its circuit breaker or a quota: the
-  gate held the row back);
 * a throttling answer (a 429) asked to wait longer than the transport's ``FAILOVER_AFTER_SECONDS``.
 
-Never after an ambiguous outcome (the body may have gone out: the in-doubt policy decides), never
-after a refusal of the message or the recipient (a bad address stays bad), and never for a row the
-daemon held back for another reason (a claim too old to start a send safely). The fallback sends
-the same message: the same Message-ID, the same dedupe key as its idempotency key. Each attempt
-is recorded with the transport that carried it; the row's ``transport`` column keeps what the
-application asked for.
+Such an attempt is recorded (not charged), and the row is due again at once; the claim routes it
+(:meth:`Routes.route`): while a transport is paused by its circuit breaker, or held off by a 429
+for longer than ``FAILOVER_AFTER_SECONDS``, its rows go to the first open transport of its chain,
+through that transport's own lane, rate limit and send timeout; once it reopens, rows use it
+again. While every transport of a chain is closed its rows are not claimed.
 
-While a transport is paused, the claim takes its rows only if some transport of its chain is
-open, and routes them there (:meth:`Routes.route`); once it reopens, new rows use it again.
+Never after an ambiguous outcome: the body may have gone out, and the in-doubt policy decides. A
+row whose last attempt ended so stays pinned to that attempt's transport (the claim returns it as
+``pinned_transport``), so that a resend reaches the provider that knows its idempotency key. Never
+after a refusal of the message or the recipient (a bad address stays bad). The fallback sends the
+same message: the same Message-ID, the same dedupe key as its idempotency key. Each attempt is
+recorded with the transport that carried it; the row's ``transport`` column keeps what the
+application asked for.
 """
 
 from __future__ import annotations
@@ -52,10 +54,10 @@ class Routes:
                    {n: t.failover_after_seconds for n, t in transports.items()}, gates)
 
     def route(self, name: str, now: float) -> str:
-        """``name``, or while it is paused the first transport of its fallback chain that is open
-        (``name`` itself when every one is paused, or it has no gate: an unknown transport)."""
+        """``name``, or while it is closed the first transport of its fallback chain that is open
+        (``name`` itself when every one is closed, or it has no gate: an unknown transport)."""
         current = name
-        while current in self.gates and self.gates[current].is_paused(now):
+        while not self._open(current, now):
             following = self.fallbacks.get(current)
             if following is None:
                 return name
@@ -64,23 +66,27 @@ class Routes:
 
     def paused_everywhere(self, name: str, now: float) -> bool:
         """Nothing could carry a row of ``name`` now: do not claim it."""
-        target = self.route(name, now)
-        return target in self.gates and self.gates[target].is_paused(now)
+        return not self._open(self.route(name, now), now)
 
-    def next_for(self, name: str, outcome: Outcome, now: float) -> str | None:
-        """Where a row goes after ``outcome`` on ``name`` (already observed by its gate): an open
-        transport of its fallback chain when ``name`` provably did not take it, else None."""
+    def fails_over(self, name: str, outcome: Outcome, now: float) -> bool:
+        """``outcome`` on ``name`` (already observed by its gate) proves the message was not taken,
+        and a transport of its fallback chain is open to take it."""
         fallback = self.fallbacks.get(name)
-        if fallback is None or not self._not_taken(name, outcome, now):
-            return None
-        target = self.route(fallback, now)
-        return None if self.gates[target].is_paused(now) else target
+        if fallback is None or not self._not_taken(name, outcome):
+            return False
+        return self._open(self.route(fallback, now), now)
 
-    def _not_taken(self, name: str, outcome: Outcome, now: float) -> bool:
+    def _open(self, name: str, now: float) -> bool:
+        gate = self.gates.get(name)
+        if gate is None:
+            return True
+        if gate.is_paused(now):
+            return False
+        return gate.limiter is None or gate.limiter.wait_seconds(now) <= self.waits.get(name, 0.0)
+
+    def _not_taken(self, name: str, outcome: Outcome) -> bool:
         if outcome.cause in _NOT_TAKEN:
             return True
-        if outcome.cause is Cause.HELD_BACK:  # by the gate (paused), not by the claim's age
-            return self.gates[name].is_paused(now)
         wait = outcome.retry_after_seconds
         return outcome.cause is Cause.TRANSIENT and outcome.reply_code == 429 and wait is not None \
             and wait > self.waits[name]

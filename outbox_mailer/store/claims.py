@@ -64,7 +64,6 @@ class OutcomeWrite:
     delivery: Delivery
     transition: Transition
     attempt: AttemptRecord
-    earlier: tuple[AttemptRecord, ...] = ()  # attempts on transports the row failed over from (failover.py)
 
 
 def outcome_parameters(writes: Sequence[OutcomeWrite]) -> tuple[list[Any], ...]:
@@ -198,15 +197,9 @@ class ClaimSession:
         if not writes:
             return set()
         args = outcome_parameters(writes)
-        earlier = [(w.delivery, attempt) for w in writes for attempt in w.earlier]
         async with self._lock:
             with translate_errors():
-                if earlier:  # rare (a failover): both in one transaction
-                    async with self._conn.transaction():
-                        await self._insert_attempts(earlier)
-                        rows = await self._conn.fetch(sql("record_outcomes"), *args)
-                else:
-                    rows = await self._conn.fetch(sql("record_outcomes"), *args)
+                rows = await self._conn.fetch(sql("record_outcomes"), *args)
             idle = self._idle
             if not idle:
                 self._unlock_later.extend(w.delivery.dedupe_key for w in writes)
@@ -277,17 +270,14 @@ class ClaimSession:
         """Write attempts without changing their rows (a batch given up to a rescuer)."""
         if not attempts:
             return
+        a = [x for _, x in attempts]
         async with self._lock:
             with translate_errors():
-                await self._insert_attempts(attempts)
-
-    async def _insert_attempts(self, attempts: Sequence[tuple[Delivery, AttemptRecord]]) -> None:
-        a = [x for _, x in attempts]
-        await self._conn.execute(
-            sql("record_attempts"), [d.id for d, _ in attempts], [x.attempt for x in a],
-            [x.started_at for x in a], [x.finished_at for x in a], [x.outcome.value for x in a],
-            [x.reply_code for x in a], [x.enhanced_code for x in a], [x.error for x in a],
-            [x.transport for x in a], [x.worker for x in a], [x.message_id for x in a])
+                await self._conn.execute(
+                    sql("record_attempts"), [d.id for d, _ in attempts], [x.attempt for x in a],
+                    [x.started_at for x in a], [x.finished_at for x in a], [x.outcome.value for x in a],
+                    [x.reply_code for x in a], [x.enhanced_code for x in a], [x.error for x in a],
+                    [x.transport for x in a], [x.worker for x in a], [x.message_id for x in a])
 
     async def batches(self, ids: Sequence[int]) -> dict[int, RecordedBatch]:
         async with self._lock:

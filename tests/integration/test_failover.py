@@ -3,6 +3,7 @@ provably did not take it, and new rows use the primary again once it is back."""
 
 from __future__ import annotations
 
+import dataclasses
 import email
 import email.policy
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -14,10 +15,12 @@ import pytest
 
 from outbox_mailer.config import ApiTransportSettings
 from outbox_mailer.daemon import Daemon
-from outbox_mailer.store import Store
+from outbox_mailer.delivery import OutcomeKind, Status
+from outbox_mailer.store import ClaimSession, Store
 from outbox_mailer.transports.api.http import HttpApiTransport
 from outbox_mailer.transports.smtp import SmtpTransport
 from tests.integration.conftest import Running, insert, settings_for
+from tests.integration.test_store import write_for
 from tests.provider_server import ProviderServer
 from tests.smtp_server import SmtpTestServer, free_port, running_smtp_server
 
@@ -78,9 +81,10 @@ async def test_with_the_primary_down_every_row_goes_out_once_through_the_fallbac
     assert {m["Message-ID"] for m in received} == {row["message_id"] for row in rows.values()}
     histories = [await attempts(store, row["id"]) for row in rows.values()]
     for history, row in zip(histories, rows.values(), strict=True):
-        assert history[-1] == ("backup", "sent") and history[:-1] in ([], [("smtp", "transient")])
+        # each probe of the primary (when its pause of 0.3 s ran out) is an attempt, not charged
+        assert history[-1] == ("backup", "sent") and set(history[:-1]) <= {("smtp", "transient")}
         assert row["attempts"] == 1, "an attempt no server judged is not charged"
-    assert [("smtp", "transient"), ("backup", "sent")] in histories, "a send in flight failed over at once"
+    assert any(len(h) > 1 for h in histories), "a send in flight failed over"
     assert [("backup", "sent")] in histories, "once the primary was paused, rows went straight to the fallback"
 
 
@@ -147,3 +151,39 @@ async def test_resend_refusing_the_account_hands_the_rows_to_postmark_under_the_
     assert sorted(r.json()["Metadata"]["dedupe_key"] for r in delivered) == ["api-0", "api-1", "api-2"]
     for row in rows.values():
         assert (await attempts(store, row["id"]))[-1] == ("postmark", "sent")
+
+
+async def test_a_row_whose_last_outcome_was_unknown_stays_with_that_transport(db_url: str, store: Store) -> None:
+    # the claim returns the transport of an ambiguous last attempt, and the executor routes the resend there
+    await insert(store, "pinned")
+    await insert(store, "free")
+    session = await ClaimSession.open(db_url)
+    try:
+        claimed = {d.dedupe_key: d for d in await session.claim_due(10, "w")}
+        writes = []
+        for key, outcome in (("pinned", "ambiguous"), ("free", "transient")):
+            write = write_for(claimed[key], Status.PENDING)
+            writes.append(dataclasses.replace(write, attempt=dataclasses.replace(
+                write.attempt, outcome=OutcomeKind(outcome), transport="backup")))
+        await session.record_outcomes(writes)
+        await store.execute("UPDATE email_queue SET scheduled_at = now() - interval '1 s'")
+        again = {d.dedupe_key: d for d in await session.claim_due(10, "w")}
+    finally:
+        await session.close()
+    assert again["pinned"].pinned_transport == "backup" and again["free"].pinned_transport is None
+
+
+async def test_a_resend_after_an_unknown_outcome_waits_for_its_transport_instead_of_failing_over(
+        failover: Any, store: Store, smtp_server: SmtpTestServer, backup: SmtpTestServer) -> None:
+    await insert(store, "unsure")  # as if its first attempt, on smtp, had ended without an answer
+    await store.execute("UPDATE email_deliveries SET attempts = 1, first_attempt_at = now() WHERE dedupe_key = 'unsure'")
+    await store.execute(
+        "INSERT INTO email_delivery_attempts (delivery_id, attempt, started_at, finished_at, outcome, transport, worker)"
+        " SELECT id, 1, now(), now(), 'ambiguous', 'smtp', 'w' FROM email_deliveries WHERE dedupe_key = 'unsure'")
+    smtp_server.stop()
+    r = await failover()
+    await anyio.sleep(1.5)  # the primary is probed and paused again and again meanwhile
+    assert backup.accepted == [], "the fallback never saw the key: it must not get the resend"
+    smtp_server.start()
+    rows = await r.final("unsure")
+    assert rows["unsure"]["status"] == "sent" and len(smtp_server.accepted) == 1

@@ -8,6 +8,7 @@ import json
 import logging
 from typing import Any
 
+import anyio
 import pytest
 
 from outbox_mailer.store import Store
@@ -67,3 +68,29 @@ async def test_through_a_provider_batch_the_redirect_holds_as_well(
     for body in bodies:
         assert body["to"] == ["qa@shop.example.com"] and not body.get("cc") and not body.get("bcc")
         assert body["headers"]["X-Original-To"].startswith("customer") and "bcc@" not in str(body)
+
+
+async def test_a_recorded_batch_restored_into_staging_is_not_replayed_past_the_guard(
+        db_url: str, store: Store, resend: Any) -> None:  # noqa: F811
+    server = ProviderServer().start()
+    server.add_fault("accept_500", count=1, paths=("/emails/batch",))  # accepted, then a 500: ambiguous
+    try:
+        await store.execute("INSERT INTO email_deliveries (dedupe_key, to_addresses, subject, text_body) "
+                            "SELECT 'b' || g, ARRAY['customer' || g || '@example.net'], 's', 'b' "
+                            "FROM generate_series(1, 3) g")
+        production = await resend(server, rescue_after_seconds=600)  # gives the batch up to a rescuer
+        with anyio.fail_after(10):
+            while not await store.fetch("SELECT 1 FROM email_batches"):
+                await anyio.sleep(0.05)
+        await anyio.sleep(0.3)
+        production.stop()
+        await store.execute("UPDATE email_deliveries SET claimed_at = now() - interval '1 h'")
+        await resend(server, allowed_recipients="@shop.example.com", rescue_after_seconds=4,
+                     rescue_interval_seconds=0.2)
+        statuses = await settled(store, 3, timeout=20)
+        assert set(statuses.values()) == {"failed"}
+        errors = {r["last_error"] for r in await store.fetch("SELECT last_error FROM email_deliveries")}
+        assert all(e.startswith("not in OUTBOX_MAILER_ALLOWED_RECIPIENTS: customer") for e in errors), errors
+        assert len(server.sends("/emails/batch")) == 1, "the batch was not sent again"
+    finally:
+        server.stop()

@@ -9,6 +9,7 @@ from outbox_mailer.config import Settings
 from outbox_mailer.delivery import Outcome, RefusedRecipient
 from outbox_mailer.failover import Routes
 from outbox_mailer.gate import TransportGate
+from outbox_mailer.ratelimit import TokenBucket
 
 NOW = 1000.0
 
@@ -43,7 +44,7 @@ def test_with_every_transport_of_the_chain_paused_nothing_is_claimed() -> None:
     Outcome.transient("429 slow down", reply_code=429, retry_after_seconds=120),
 ])
 def test_outcomes_that_prove_the_message_was_not_taken_fail_over(outcome: Outcome) -> None:
-    assert routes({"resend": "ses"}).next_for("resend", outcome, NOW) == "ses"
+    assert routes({"resend": "ses"}).fails_over("resend", outcome, NOW)
 
 
 @pytest.mark.parametrize("outcome", [
@@ -53,18 +54,29 @@ def test_outcomes_that_prove_the_message_was_not_taken_fail_over(outcome: Outcom
     Outcome.transient("429 slow down", reply_code=429, retry_after_seconds=30),  # within FAILOVER_AFTER_SECONDS
     Outcome.transient("some refused", refused=(RefusedRecipient("a@example.com", 450, "later"),)),
     Outcome.held_back("waited too long after the claim to start a send safely"),  # the claim's age, not the transport
+    Outcome.held_back("transport paused"),  # the claim routes it: nothing to do at the send
     Outcome.sent("id-1"),
     Outcome.unsendable("cannot compose"),
 ])
 def test_other_outcomes_never_fail_over(outcome: Outcome) -> None:
-    assert routes({"resend": "ses"}).next_for("resend", outcome, NOW) is None
+    assert not routes({"resend": "ses"}).fails_over("resend", outcome, NOW)
 
 
-def test_held_back_by_a_paused_transport_fails_over_and_a_paused_fallback_is_skipped() -> None:
-    r = routes({"resend": "postmark", "postmark": "ses"}, paused=("resend", "postmark"))
-    assert r.next_for("resend", Outcome.held_back("transport paused"), NOW) == "ses"
-    assert routes({"resend": "ses"}, paused=("ses",)).next_for("resend", Outcome.unreachable("x"), NOW) is None
-    assert routes({}).next_for("resend", Outcome.unreachable("x"), NOW) is None
+def test_a_paused_fallback_is_skipped_and_without_an_open_one_nothing_fails_over() -> None:
+    r = routes({"resend": "postmark", "postmark": "ses"}, paused=("postmark",))
+    assert r.fails_over("resend", Outcome.unreachable("x"), NOW)  # on to ses
+    assert not routes({"resend": "ses"}, paused=("ses",)).fails_over("resend", Outcome.unreachable("x"), NOW)
+    assert not routes({}).fails_over("resend", Outcome.unreachable("x"), NOW)
+
+
+def test_a_transport_held_off_by_a_429_longer_than_failover_after_seconds_routes_to_its_fallback() -> None:
+    r = routes({"resend": "ses"}, wait=30.0)
+    r.gates["resend"].limiter = TokenBucket(2.0, 1, clock=lambda: NOW)
+    assert r.route("resend", NOW) == "resend"  # an ordinary rate limit's wait is not a reason
+    r.gates["resend"].limiter.hold_off(20)
+    assert r.route("resend", NOW) == "resend"
+    r.gates["resend"].limiter.hold_off(120)
+    assert r.route("resend", NOW) == "ses" and not r.paused_everywhere("resend", NOW)
 
 
 def test_routes_come_from_the_settings() -> None:
