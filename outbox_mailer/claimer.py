@@ -61,7 +61,8 @@ class Claimer:
         self.last_claim_ok = -math.inf  # monotonic time of the last successful claim (health)
 
     def paused(self) -> list[str]:
-        """Transports whose rows nothing can carry now: paused, and so is every fallback they have."""
+        """Transports whose rows nothing can carry now: paused by the breaker, and so is every open
+        fallback they have (failover.py)."""
         now = anyio.current_time()
         return [name for name in self._gates if self._executor.routes.paused_everywhere(name, now)]
 

@@ -130,11 +130,10 @@ class Executor:
         return delivery.transport or self.default_transport
 
     def route(self, delivery: Delivery) -> str:
-        """The transport to carry the row now: its own, or a fallback while its own is paused; a row
-        whose last attempt's outcome is unknown stays where that attempt went (failover.py)."""
-        if delivery.pinned_transport is not None:
-            return delivery.pinned_transport
-        return self.routes.route(self.transport_of(delivery), anyio.current_time())
+        """The transport to carry the row now: its own, or a fallback while its own is paused or held
+        off by a long 429; a row with an attempt whose outcome is unknown stays where the latest such
+        attempt went (failover.py)."""
+        return self.routes.carrier(self.transport_of(delivery), delivery.pinned_transport, anyio.current_time())
 
     # -- the ways a claimed row ends ---------------------------------------------
 
@@ -179,11 +178,12 @@ class Executor:
                      Outcome.held_back("not started before shutdown"))
 
     def rescued(self, delivery: Delivery, claimed_at: datetime, claimed_by: str, *,
-                batched: bool = False) -> OutcomeWrite:
+                batch_transport: str | None = None) -> OutcomeWrite:
         """The write for a claim whose process died: its outcome is unknown. A row that went out in a
-        batch is never safe to resend under its own key (the provider knows it by the batch's key):
-        it goes through the in-doubt policy."""
-        name = delivery.pinned_transport or self.transport_of(delivery)
+        batch (through ``batch_transport``) is never safe to resend under its own key (the provider
+        knows it by the batch's key): it goes through the in-doubt policy."""
+        batched = batch_transport is not None
+        name = batch_transport or delivery.pinned_transport or self.transport_of(delivery)
         # with a fallback, the dead process may have routed it anywhere along the chain: no window holds
         unsure_where = delivery.pinned_transport is None and name in self.routes.fallbacks
         transport = self.transports.get(name)
@@ -299,17 +299,21 @@ class Executor:
                                 worker=f"rescuer {self.worker}") for d, p in zip(members, prepared, strict=True)]
         messages = [p for p in prepared if not isinstance(p, Outcome)]
         if await self.gates[batch.transport].admit() is not None:
-            return None
+            return self._not_replayed(members)
         results = await transport.send_batch(messages, list(members), batch.key)  # type: ignore[attr-defined]
         now = self.clock()
         if any(resend_whole(r, now) or (isinstance(r, Outcome) and r.cause in _NOT_JUDGED) for r in results):
-            return None  # not settled (the first request may still be at the provider: 409): again, later
+            return self._not_replayed(members)  # not settled (the first request may still be there: 409): later
         writes = []
         for delivery, message, result in zip(members, messages, results, strict=True):
             outcome = await transport.send(message, delivery) if isinstance(result, SendSingly) else result
             writes.append(self._write(delivery, batch.transport, started, self.gates[batch.transport].observe(outcome),
                                       message.message_id, worker=f"rescuer {self.worker}"))
         return writes
+
+    def _not_replayed(self, members: Sequence[Delivery]) -> None:
+        for delivery in members:  # the notes of their screening wait for no write
+            self._dropped.pop(delivery.id, None)
 
     # -- the path -----------------------------------------------------------------
 
@@ -380,10 +384,11 @@ class Executor:
                message_id: str | None = None, *, worker: str | None = None) -> OutcomeWrite:
         finished = self.clock()
         transition = decide(delivery, outcome, finished, self.policy, self._rng.random())
-        if transition.scheduled_at is not None and delivery.pinned_transport is None \
-                and self.routes.fails_over(name, outcome, anyio.current_time()):
-            # not taken, and a fallback is open: at once, and the claim routes it there
-            log.warning("failover key=%s from %s: %s", delivery.dedupe_key, name, outcome.error)
+        if transition.scheduled_at is not None and self.routes.moves_on(
+                self.transport_of(delivery), delivery.pinned_transport, name, outcome, anyio.current_time()):
+            # not taken here, and the claim now routes it to an open fallback: due at once
+            log.warning("failover key=%s from %s to %s: %s", delivery.dedupe_key, name, self.route(delivery),
+                        outcome.error)
             transition = dataclasses.replace(transition, scheduled_at=finished)
         attempt = AttemptRecord(
             attempt=delivery.attempts,

@@ -9,11 +9,13 @@ moves on only when its transport **provably did not take the message**:
   quota);
 * a throttling answer (a 429) asked to wait longer than the transport's ``FAILOVER_AFTER_SECONDS``.
 
-Such an attempt is recorded (not charged), and the row is due again at once; the claim routes it
-(:meth:`Routes.route`): while a transport is paused by its circuit breaker, or held off by a 429
-for longer than ``FAILOVER_AFTER_SECONDS``, its rows go to the first open transport of its chain,
-through that transport's own lane, rate limit and send timeout; once it reopens, rows use it
-again. While every transport of a chain is closed its rows are not claimed.
+Such an attempt is recorded (a 429 is charged as an attempt, the others are not), and when the
+claim would now route the row elsewhere it is due again at once, as is a row its lane held back
+because its transport paused meanwhile. The claim routes (:meth:`Routes.route`): while a
+transport is paused by its circuit breaker, or held off by a 429 for longer than
+``FAILOVER_AFTER_SECONDS``, its rows go to the first open transport of its chain, through that
+transport's own lane, rate limit and send timeout; once it reopens, rows use it again. While every
+transport of a chain is paused its rows are not claimed.
 
 Never after an ambiguous outcome: the body may have gone out, and the in-doubt policy decides. A
 row whose last attempt ended so stays pinned to that attempt's transport (the claim returns it as
@@ -64,9 +66,23 @@ class Routes:
             current = following
         return current
 
+    def carrier(self, own: str, pinned: str | None, now: float) -> str:
+        """The transport for a row whose own is ``own``: ``pinned`` when set (the transport of its
+        latest attempt whose outcome is unknown; one no longer configured is ignored), else :meth:`route`."""
+        return pinned if pinned is not None and pinned in self.gates else self.route(own, now)
+
+    def moves_on(self, own: str, pinned: str | None, name: str, outcome: Outcome, now: float) -> bool:
+        """After ``outcome`` on ``name``: due again at once, because the attempt proves the message
+        was not taken (or it never started: held back) and the claim now routes the row elsewhere."""
+        if pinned is not None or self.route(own, now) == name:
+            return False
+        return outcome.cause is Cause.HELD_BACK or self.fails_over(name, outcome, now)
+
     def paused_everywhere(self, name: str, now: float) -> bool:
-        """Nothing could carry a row of ``name`` now: do not claim it."""
-        return not self._open(self.route(name, now), now)
+        """Nothing could carry a row of ``name`` now: do not claim it (a transport only held off by a
+        429, with no open fallback, still takes its rows: they wait for it at its gate)."""
+        gate = self.gates.get(self.route(name, now))
+        return gate is not None and gate.is_paused(now)
 
     def fails_over(self, name: str, outcome: Outcome, now: float) -> bool:
         """``outcome`` on ``name`` (already observed by its gate) proves the message was not taken,
@@ -80,9 +96,7 @@ class Routes:
         gate = self.gates.get(name)
         if gate is None:
             return True
-        if gate.is_paused(now):
-            return False
-        return gate.limiter is None or gate.limiter.wait_seconds(now) <= self.waits.get(name, 0.0)
+        return not gate.is_paused(now) and gate.held_off_seconds(now) <= self.waits.get(name, 0.0)
 
     def _not_taken(self, name: str, outcome: Outcome) -> bool:
         if outcome.cause in _NOT_TAKEN:

@@ -32,9 +32,13 @@ class TransportGate:
         self.name = name
         self.breaker = breaker
         self.limiter = limiter
+        self.held_off_until = 0.0  # a 429 asked to wait until then (failover.py routes around a long one)
 
     def is_paused(self, now: float) -> bool:
         return self.breaker.is_paused(now)
+
+    def held_off_seconds(self, now: float) -> float:
+        return max(0.0, self.held_off_until - now)
 
     async def admit(self) -> Outcome | None:
         """Wait for the rate limit; None when a send may start now, else why it is held back
@@ -57,8 +61,10 @@ class TransportGate:
                 log.error("transport %s paused for %.0fs: %s", self.name, outcome.pause_seconds, outcome.error)
             return dataclasses.replace(
                 outcome, retry_after_seconds=max(outcome.pause_seconds, outcome.retry_after_seconds or 0))
-        if self.limiter is not None and outcome.retry_after_seconds and outcome.reply_code == 429:
-            self.limiter.hold_off(outcome.retry_after_seconds)  # "too many requests" slows every send of it
+        if outcome.retry_after_seconds and outcome.reply_code == 429:
+            self.held_off_until = max(self.held_off_until, now + outcome.retry_after_seconds)
+            if self.limiter is not None:
+                self.limiter.hold_off(outcome.retry_after_seconds)  # "too many requests" slows every send of it
         if outcome.cause is Cause.UNREACHABLE:
             was_paused = self.breaker.is_paused(now)
             pause = self.breaker.unreachable(now)

@@ -50,11 +50,11 @@ date_part('epoch', d.created_at) AS created_at,
 date_part('epoch', d.first_attempt_at) AS first_attempt_at,
 -- include: first_message_id
 AS message_id,
--- a retried row whose previous attempt's outcome was unknown: the transport that attempt went to
+-- a retried row with an attempt whose outcome was unknown: the transport the latest such attempt went to
 CASE WHEN d.attempts > 1 THEN (
     SELECT a.transport FROM email_delivery_attempts a
-    WHERE a.delivery_id = d.id AND a.attempt = d.attempts - 1 AND a.outcome = 'ambiguous'
-    ORDER BY a.started_at DESC LIMIT 1) END AS pinned_transport,
+    WHERE a.delivery_id = d.id AND a.outcome = 'ambiguous'
+    ORDER BY a.attempt DESC, a.started_at DESC LIMIT 1) END AS pinned_transport,
 -- include: content_size
 AS content_bytes, d.retry_recipients,
 CASE WHEN

@@ -93,7 +93,8 @@ class Rescuer:
                 await self._db.give_up(members)
             else:
                 writes += replayed
-        writes += [self._executor.rescued(c.delivery, c.claimed_at, c.claimed_by, batched=c.batch_id is not None)
+        writes += [self._executor.rescued(c.delivery, c.claimed_at, c.claimed_by,
+                                          batch_transport=self._batch_transport(c, recorded))
                    for c in dead
                    if c.delivery.id not in resent]
         if writes:
@@ -101,6 +102,14 @@ class Rescuer:
             with anyio.CancelScope(shield=True):
                 await self._recorder.record(writes)
         return len(writes)
+
+    def _batch_transport(self, claim: DeadClaim, recorded: Mapping[int, RecordedBatch]) -> str | None:
+        """The transport a dead claim's batch went through (None: it went alone); for a batch no
+        longer recorded, its row's own transport."""
+        if claim.batch_id is None:
+            return None
+        batch = recorded.get(claim.batch_id)
+        return batch.transport if batch is not None else self._executor.transport_of(claim.delivery)
 
     def _may_resend(self, batch: RecordedBatch, claims: list[DeadClaim]) -> bool:
         """The identical batch can go again: every member is here, the transport still batches, the

@@ -168,9 +168,16 @@ async def test_a_row_whose_last_outcome_was_unknown_stays_with_that_transport(db
         await session.record_outcomes(writes)
         await store.execute("UPDATE email_queue SET scheduled_at = now() - interval '1 s'")
         again = {d.dedupe_key: d for d in await session.claim_due(10, "w")}
+        assert again["pinned"].pinned_transport == "backup" and again["free"].pinned_transport is None
+        # a later answer of that transport ("try later") does not unpin it: the first may have gone out
+        later = write_for(again["pinned"], Status.PENDING)
+        await session.record_outcomes([dataclasses.replace(later, attempt=dataclasses.replace(
+            later.attempt, outcome=OutcomeKind.TRANSIENT, transport="backup"))])
+        await store.execute("UPDATE email_queue SET scheduled_at = now() - interval '1 s'")
+        [third] = [d for d in await session.claim_due(10, "w") if d.dedupe_key == "pinned"]
+        assert third.attempts == 3 and third.pinned_transport == "backup"
     finally:
         await session.close()
-    assert again["pinned"].pinned_transport == "backup" and again["free"].pinned_transport is None
 
 
 async def test_a_resend_after_an_unknown_outcome_waits_for_its_transport_instead_of_failing_over(

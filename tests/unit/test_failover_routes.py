@@ -71,12 +71,16 @@ def test_a_paused_fallback_is_skipped_and_without_an_open_one_nothing_fails_over
 
 def test_a_transport_held_off_by_a_429_longer_than_failover_after_seconds_routes_to_its_fallback() -> None:
     r = routes({"resend": "ses"}, wait=30.0)
-    r.gates["resend"].limiter = TokenBucket(2.0, 1, clock=lambda: NOW)
-    assert r.route("resend", NOW) == "resend"  # an ordinary rate limit's wait is not a reason
-    r.gates["resend"].limiter.hold_off(20)
+    r.gates["resend"].limiter = TokenBucket(0.001, 1, clock=lambda: NOW)
+    r.gates["resend"].limiter.hold_off(1)
+    assert r.route("resend", NOW) == "resend", "a slow rate limit is not a reason: only a 429's wait is"
+    r.gates["resend"].held_off_until = NOW + 20
     assert r.route("resend", NOW) == "resend"
-    r.gates["resend"].limiter.hold_off(120)
+    r.gates["resend"].held_off_until = NOW + 120
     assert r.route("resend", NOW) == "ses" and not r.paused_everywhere("resend", NOW)
+    alone = routes({}, wait=30.0)
+    alone.gates["resend"].held_off_until = NOW + 120
+    assert not alone.paused_everywhere("resend", NOW), "with no fallback its rows still wait at its gate"
 
 
 def test_routes_come_from_the_settings() -> None:
@@ -97,3 +101,26 @@ def test_bad_fallbacks_are_refused(kw: dict[str, object], message: str) -> None:
     with pytest.raises(ValueError) as exc:
         Settings(database_url="postgresql://u@127.0.0.1:1/db", **kw)
     assert message in str(exc.value)
+
+
+def test_a_pinned_row_goes_to_its_pin_even_while_it_is_paused_unless_that_is_gone() -> None:
+    r = routes({"resend": "ses"}, paused=("resend",))
+    assert r.carrier("resend", "resend", NOW) == "resend"
+    assert r.carrier("resend", None, NOW) == "ses"
+    assert r.carrier("resend", "removed-since", NOW) == "ses"
+
+
+def test_a_row_is_due_at_once_only_when_the_claim_would_now_send_it_elsewhere() -> None:
+    unreachable = Outcome.unreachable("connection refused")
+    r = routes({"smtp": "resend"}, paused=("smtp",))  # the breaker paused smtp on this outcome
+    assert r.moves_on("smtp", None, "smtp", unreachable, NOW)
+    assert r.moves_on("smtp", None, "smtp", Outcome.held_back("transport paused"), NOW)
+    assert not r.moves_on("smtp", "smtp", "smtp", unreachable, NOW), "pinned: it waits for its transport"
+    assert not r.moves_on("smtp", None, "smtp", Outcome.ambiguous("no reply"), NOW)
+    # a long 429 from a transport without a fallback, or one not held off, is retried as usual
+    throttled = Outcome.transient("429", reply_code=429, retry_after_seconds=120)
+    assert not routes({}).moves_on("resend", None, "resend", throttled, NOW)
+    assert not routes({"resend": "ses"}).moves_on("resend", None, "resend", throttled, NOW)
+    held = routes({"resend": "ses"})
+    held.gates["resend"].held_off_until = NOW + 120
+    assert held.moves_on("resend", None, "resend", throttled, NOW)
