@@ -18,8 +18,9 @@ transport's own lane, rate limit and send timeout; once it reopens, rows use it 
 transport of a chain is paused its rows are not claimed.
 
 Never after an ambiguous outcome: the body may have gone out, and the in-doubt policy decides. A
-row whose last attempt ended so stays pinned to that attempt's transport (the claim returns it as
-``pinned_transport``), so that a resend reaches the provider that knows its idempotency key. Never
+row with an attempt that ended so stays pinned to the transport of the latest such attempt (the
+claim returns it as ``pinned_transport``), so that a resend reaches the provider that knows its
+idempotency key. Never
 after a refusal of the message or the recipient (a bad address stays bad). The fallback sends the
 same message: the same Message-ID, the same dedupe key as its idempotency key. Each attempt is
 recorded with the transport that carried it; the row's ``transport`` column keeps what the
