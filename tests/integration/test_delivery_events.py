@@ -8,6 +8,8 @@ import email.policy
 
 from datetime import UTC, datetime, timedelta
 
+from typing import Any
+
 import anyio
 import pytest
 
@@ -187,3 +189,18 @@ async def test_a_bounce_by_mail_counts_only_for_a_recipient_of_the_row_it_quotes
     assert await events.record(real, "a@example.com", "hard_bounce") == (a, True)
     assert [s["address"] for s in await events.suppressions()] == ["a@example.com"]
     assert (await row(store, a))["delivery_event"] == "bounced"
+
+
+async def test_an_ses_event_finds_a_row_relayed_over_smtp_by_the_queue_id_in_the_250_reply(
+        running: Any, store: SqlStore, events: EventStore, smtp_server: Any) -> None:
+    # SES over SMTP answers "250 Ok <its message id>" and its events carry that id, not our Message-ID
+    ses_id = "0100018c3b5a7e2f-2c8e7a1b-9d3f-4c2e-8b1a-5e6f7a8b9c0d-000000"
+    smtp_server.fail("DATA", f"250 Ok {ses_id}")
+    await insert(store, "via-ses", to_addresses=["gone@example.com"])
+    r = await running()
+    rows = await r.final("via-ses")
+    assert rows["via-ses"]["provider_message_id"] == ses_id
+    bounce = ProviderEvent(provider="ses", provider_event_id="sns-9:gone@example.com", kind=Kind.BOUNCED,
+                           recipient="gone@example.com", occurred_at=T0, bounce_class=BounceClass.HARD,
+                           provider_message_id=ses_id, message_id="<rewritten-by-ses@email.amazonses.com>")
+    assert await events.record(bounce, "gone@example.com", "hard_bounce") == (rows["via-ses"]["id"], True)

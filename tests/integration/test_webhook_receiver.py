@@ -12,11 +12,14 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 
 from outbox_mailer.config import Settings
 from outbox_mailer.http_server import serve_http
+from outbox_mailer.migrations import load_migrations
+from outbox_mailer.pgcluster import TemporaryPostgres
 from outbox_mailer.store import EventStore
 from outbox_mailer.webhook_server import Receiver, build_app
 from tests.integration.test_delivery_events import send_one
@@ -170,3 +173,37 @@ async def test_an_sns_certificate_that_cannot_be_fetched_gets_503_so_sns_retries
         assert r.status_code == 503 and r.headers["retry-after"] == "30"
     finally:
         await store.close()
+
+
+async def test_an_event_refused_with_503_during_a_postgresql_outage_is_recorded_once_on_the_retry() -> None:
+    # PostgreSQL really down (not a closed pool): 503 while it is, then the provider's retry lands
+    with TemporaryPostgres() as pg:
+        owner = await SqlStore.open(pg.url)
+        await owner.migrate(load_migrations())
+        await owner.close()
+        settings = Settings(database_url=pg.url, webhooks={"resend": {"secret": RESEND_SECRET}})
+        store = await EventStore.open(pg.url)
+        try:
+            async with httpx.AsyncClient() as http:
+                app = build_app(Receiver(settings.webhooks, store, automatic_suppression=True, http=http))
+                async with serve_http(app, f"127.0.0.1:{free_port()}", setting="test") as (host, port):
+                    url = f"http://{host}:{port}"
+                    body = resend_event("email.delivered", "re_outage")
+                    probe = resend_event("email.delivered", "re_probe")
+                    async with anyio.create_task_group() as tg:
+                        tg.start_soon(anyio.to_thread.run_sync, pg.restart, 3.0)  # down 3 s, data kept
+                        with anyio.fail_after(10):  # until PostgreSQL is seen down
+                            while (await post(url, "/webhooks/resend", probe,
+                                              svix_headers(probe, "m-probe"))).status_code != 503:
+                                await anyio.sleep(0.05)
+                        down = await post(url, "/webhooks/resend", body, svix_headers(body, "m-outage"))
+                        assert down.status_code == 503 and down.headers["retry-after"]
+                        with anyio.fail_after(30):  # the provider retries until it is taken
+                            while (again := await post(url, "/webhooks/resend", body,
+                                                       svix_headers(body, "m-outage"))).status_code == 503:
+                                await anyio.sleep(0.2)
+                    assert again.status_code == 200 and again.json()["unmatched"] == 1
+                    retried = await post(url, "/webhooks/resend", body, svix_headers(body, "m-outage"))
+                    assert retried.json()["duplicates"] == 1, "written once"
+        finally:
+            await store.close()

@@ -61,6 +61,7 @@ _ACCOUNT_TEXT = re.compile(
 # RFC 3463 status code: class.subject.detail, class 2, 4 or 5.
 _ENHANCED_CODE = re.compile(r"[245]\.\d{1,3}\.\d{1,3}")
 _ID_TOKEN = re.compile(r"[A-Za-z0-9._@+/-]{5,}")
+_NAMED_ID = re.compile(r"(?:\bqueued\s+as|\bid=)\s*<?([A-Za-z0-9._@+/-]{5,})", re.IGNORECASE)
 
 
 def classify_reply(code: int, text: str) -> tuple[OutcomeKind, str | None]:
@@ -81,14 +82,20 @@ def classify_reply(code: int, text: str) -> tuple[OutcomeKind, str | None]:
 
 
 def queue_id(reply_text: str) -> str | None:
-    """The reply text after DATA when it carries a queue id (a token with a digit)."""
-    words = one_line(reply_text).split()
+    """The relay's queue id alone, from its reply after DATA: what its bounces and events name the
+    message by (Postfix ``queued as X``, Exim ``id=X``, Amazon SES ``Ok <id>``); else the first token
+    with a digit; None when there is none ("Great success")."""
+    text = one_line(reply_text)
+    named = _NAMED_ID.search(text)
+    if named:
+        return named[1][:255]
+    words = text.split()
     if words and _ENHANCED_CODE.fullmatch(words[0]):
         words = words[1:]
     for word in words:
         for token in re.split(r"[=:<>()\[\],;]", word):
             if _ID_TOKEN.fullmatch(token) and any(c.isdigit() for c in token):
-                return one_line(reply_text)[:255]
+                return token[:255]
     return None
 
 
