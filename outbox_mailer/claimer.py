@@ -27,7 +27,6 @@ from .gate import TransportGate
 from .inflight import InFlight
 from .lanes import Lane
 from .liveness import Liveness
-from .message_ids import MessageIdKey
 from .sessions import DaemonSessions
 from .store import ClaimSession, OutcomeWrite
 
@@ -57,7 +56,6 @@ class Claimer:
         self._liveness = liveness
         self._stopping = stopping
         self._observer = observer
-        self._message_ids = MessageIdKey.from_settings(settings)  # what the claim computes Message-IDs with
         self.last_claim_ok = -math.inf  # monotonic time of the last successful claim (health)
 
     def paused(self) -> list[str]:
@@ -116,7 +114,7 @@ class Claimer:
                 batch = await session.claim_due(want, self._executor.worker, paused=self.paused(),
                                                 default_transport=self._executor.default_transport,
                                                 max_content_bytes=self.settings.max_message_bytes,
-                                                message_ids=self._message_ids)
+                                                message_ids=self._executor.message_ids)
                 await self._db.ensure_listening()
             except DatabaseError as exc:
                 if not self._stopping.is_set():

@@ -53,7 +53,6 @@ from .recorder import Recorder
 from .rescuer import Rescuer
 from .retention import prune_periodically
 from .sessions import DaemonSessions
-from .staging import StagingGuard
 from .store import Store
 from .systemd import SystemdNotifier
 
@@ -143,9 +142,8 @@ class Daemon:
             await self._db.ensure_listening()
             log.info("started worker=%s concurrency=%d batch=%d", self.worker, self.settings.concurrency,
                      self.settings.batch_size)
-            guard = StagingGuard.of(self.settings.allowed_recipients, self.settings.redirect_to)
-            if guard is not None:
-                log.warning("staging guard on: %s", guard.describe())
+            if self.executor.guard is not None:
+                log.warning("staging guard on: %s", self.executor.guard.describe())
             self.notifier.ready(self.liveness.status())
             gc.freeze()  # what start-up built lives as long as the daemon: the collector need not scan it again
             async with anyio.create_task_group() as outer:

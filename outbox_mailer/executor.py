@@ -57,6 +57,7 @@ from .errors import CompositionError, DatabaseError
 from .failover import Routes
 from .gate import TransportGate
 from .inflight import InFlight
+from .message_ids import MessageIdKey
 from .recorder import Recorder
 from .staging import StagingGuard
 from .store import AttemptRecord, OutcomeWrite, RecordedBatch
@@ -123,7 +124,8 @@ class Executor:
         )
         self._rescue_after = settings.effective_rescue_after_seconds  # derived from every transport: once
         self._dropped: dict[int, tuple[RefusedRecipient, ...]] = {}  # recipients left out (suppressed, a Bcc redirected)
-        self._guard = StagingGuard.of(settings.allowed_recipients, settings.redirect_to)
+        self.guard = StagingGuard.of(settings.allowed_recipients, settings.redirect_to)
+        self.message_ids = MessageIdKey.from_settings(settings)  # what the claim computes Message-IDs with
         self.routes = Routes.of(settings, gates)
 
     def transport_of(self, delivery: Delivery) -> str:
@@ -289,7 +291,7 @@ class Executor:
         started = self.clock()
         # as composed the first time (not screened again: the same bytes under the same key), but never
         # past the staging guard
-        prepared = [self._guarded(delivery) for delivery in members]
+        prepared = [self.guarded(delivery) for delivery in members]
         prepared = [p if isinstance(p, Outcome) else self._compose(p, started) for p in prepared]
         if any(isinstance(p, Outcome) for p in prepared):
             # the identical batch cannot go out: each refused row fails as it would have, the others
@@ -325,14 +327,14 @@ class Executor:
             return screened.refusal
         if screened.dropped:
             self._dropped[delivery.id] = screened.dropped
-        guarded = self._guarded(screened.delivery)
+        guarded = self.guarded(screened.delivery)
         return guarded if isinstance(guarded, Outcome) else self._compose(guarded, now)
 
     def _guarded(self, delivery: Delivery) -> Delivery | Outcome:
         """The row as the staging guard lets it go (only allowed recipients, or redirected), or why not."""
-        if self._guard is None:
+        if self.guard is None:
             return delivery
-        guarded = self._guard.apply(delivery)
+        guarded = self.guard.apply(delivery)
         if guarded.refusal is not None:
             return guarded.refusal
         if guarded.notes:

@@ -21,7 +21,6 @@ from .delivery import Transport
 from .errors import DatabaseError
 from .executor import Executor
 from .inflight import InFlight
-from .message_ids import MessageIdKey
 from .recorder import Recorder
 from .sessions import DaemonSessions
 from .store import DeadClaim, RecordedBatch
@@ -42,7 +41,6 @@ class Rescuer:
         self._executor = executor
         self._recorder = recorder
         self._transports = transports
-        self._message_ids = MessageIdKey.from_settings(settings)
 
     async def run(self) -> None:
         while True:
@@ -65,7 +63,7 @@ class Rescuer:
         session = await self._db.claim_session()
         dead = await session.find_dead_claims(self.settings.effective_rescue_after_seconds, RESCUE_BATCH,
                                               own=self._inflight.ids(), max_content_bytes=self.settings.max_message_bytes,
-                                              message_ids=self._message_ids)
+                                              message_ids=self._executor.message_ids)
         await session.prune_batches(BATCH_RECORD_SECONDS)
         if not dead:
             return 0

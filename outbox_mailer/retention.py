@@ -10,7 +10,7 @@ answerable; only bodies, attachments and custom headers go.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import anyio
@@ -44,24 +44,23 @@ async def prune(store: Store, settings: PruneSettings, progress: Progress | None
     scrub_after = settings.scrub_after_days * DAY
     delete_after = settings.delete_after_days * DAY
     to_scrub, to_delete = await store.count_prunable(scrub_after, delete_after) if progress else (0, 0)
-    result = PruneResult()
-    while n := await store.scrub_batch(scrub_after, settings.batch_size):
-        result.scrubbed += n
-        if progress:
-            progress("scrubbed", result.scrubbed, max(to_scrub, result.scrubbed))
-        await anyio.sleep(pause_between_batches)
-    while n := await store.delete_batch(delete_after, settings.batch_size):
-        result.deleted += n
-        if progress:
-            progress("deleted", result.deleted, max(to_delete, result.deleted))
-        await anyio.sleep(pause_between_batches)
-    while n := await store.delete_unmatched_events(delete_after, settings.batch_size):
-        result.unmatched_events += n
-        await anyio.sleep(pause_between_batches)
-    while n := await store.forget_webhook_tokens(TOKEN_MEMORY_SECONDS, settings.batch_size):
-        result.webhook_tokens += n
-        await anyio.sleep(pause_between_batches)
-    return result
+
+    async def in_batches(step: Callable[[float, int], Awaitable[int]], older_than: float,
+                         phase: str | None = None, total: int = 0) -> int:
+        done = 0
+        while n := await step(older_than, settings.batch_size):
+            done += n
+            if progress and phase:
+                progress(phase, done, max(total, done))
+            await anyio.sleep(pause_between_batches)
+        return done
+
+    return PruneResult(
+        scrubbed=await in_batches(store.scrub_batch, scrub_after, "scrubbed", to_scrub),
+        deleted=await in_batches(store.delete_batch, delete_after, "deleted", to_delete),
+        unmatched_events=await in_batches(store.delete_unmatched_events, delete_after),
+        webhook_tokens=await in_batches(store.forget_webhook_tokens, TOKEN_MEMORY_SECONDS),
+    )
 
 
 async def prune_periodically(url: str, settings: PruneSettings) -> None:
