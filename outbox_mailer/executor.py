@@ -291,7 +291,7 @@ class Executor:
         started = self.clock()
         # as composed the first time (not screened again: the same bytes under the same key), but never
         # past the staging guard
-        prepared = [self.guarded(delivery) for delivery in members]
+        prepared = [self._guarded(delivery) for delivery in members]
         prepared = [p if isinstance(p, Outcome) else self._compose(p, started) for p in prepared]
         if any(isinstance(p, Outcome) for p in prepared):
             # the identical batch cannot go out: each refused row fails as it would have, the others
@@ -327,7 +327,7 @@ class Executor:
             return screened.refusal
         if screened.dropped:
             self._dropped[delivery.id] = screened.dropped
-        guarded = self.guarded(screened.delivery)
+        guarded = self._guarded(screened.delivery)
         return guarded if isinstance(guarded, Outcome) else self._compose(guarded, now)
 
     def _guarded(self, delivery: Delivery) -> Delivery | Outcome:
