@@ -19,7 +19,6 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
-    ConfigDict,
     Field,
     SecretStr,
     ValidationError,
@@ -45,6 +44,7 @@ from .config_checks import (
 )
 from .errors import CompositionError, ConfigurationError
 from .event_settings import SuppressionSettings, WebhookSettings
+from .limit_settings import DAY, FINITE, HOUR, WEEK, LimitSettings
 from .redaction import redacted_url
 from .staging import ALLOWED_SETTING, REDIRECT_SETTING, allowed_patterns, checked_redirect
 from .transports.registry import API_PROVIDERS, BATCH_KINDS, TRANSPORT_KINDS, has_batch_endpoint, in_house
@@ -52,17 +52,14 @@ from .transports.registry import API_PROVIDERS, BATCH_KINDS, TRANSPORT_KINDS, ha
 ENV_PREFIX = "OUTBOX_MAILER_"
 TLS_DEFAULT_PORTS = {"none": 25, "starttls": 587, "implicit": 465}
 
-# Upper bounds of the numeric settings: generous for any real deployment, small
-# enough that no timer, sleep or timestamp computed from them can overflow.
-HOUR, DAY, WEEK = 3600.0, 86_400.0, 604_800.0
-MIN_RATE, MAX_RATE = 0.001, 100_000  # requests per second (one per ~17 min .. 100k/s)
+# Upper bounds of the numeric settings (with limit_settings.py's): generous for any real
+# deployment, small enough that no timer, sleep or timestamp computed from them can overflow.
 MAX_RETENTION_DAYS = 3650.0  # ten years
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024
-FINITE = ConfigDict(allow_inf_nan=False)  # "inf", "nan" are refused by every float field
 
 
-class SmtpSettings(BaseModel):
-    model_config = FINITE
+class SmtpSettings(LimitSettings):
+    """The default SMTP transport; its limits and fallback are LimitSettings'."""
 
     host: str = "localhost"  # mail server (MTA, relay or provider's SMTP endpoint)
     port: int | None = Field(default=None, ge=1, le=65535)  # None: 25 / 587 / 465 by tls
@@ -80,10 +77,6 @@ class SmtpSettings(BaseModel):
     send_timeout_seconds: float = Field(default=60.0, gt=0, le=HOUR)  # hard cap on one whole send, connecting included; at most 1 h
     idempotency_header: str | None = None  # e.g. Resend-Idempotency-Key: relays that de-duplicate by a header
     idempotency_window_seconds: float = Field(default=86_400.0, gt=0, le=30 * DAY)  # how long the relay remembers a key; at most 30 days
-    rate_per_second: float | None = Field(default=None, ge=MIN_RATE, le=MAX_RATE)  # None: no rate limit; 0.001-100000
-    burst: int = Field(default=1, ge=1, le=MAX_RATE)  # sends allowed at once above the rate; 1-100000
-    fallback: str | None = None  # the transport that takes a row this one provably did not accept (failover.py)
-    failover_after_seconds: float = Field(default=60.0, gt=0, le=DAY)  # a throttling wait longer than this fails over
 
     @field_validator("helo_name")
     @classmethod
@@ -133,10 +126,9 @@ _IN_HOUSE_KINDS = " or ".join(repr(kind) for kind in API_PROVIDERS if in_house(k
 _BATCH_KINDS = " and ".join(repr(kind) for kind in BATCH_KINDS)
 
 
-class ApiTransportSettings(BaseModel):
-    """A provider HTTP API (``resend``, ``postmark``, ``sendgrid``) or an in-house one (``http``)."""
-
-    model_config = FINITE
+class ApiTransportSettings(LimitSettings):
+    """A provider HTTP API (``resend``, ``postmark``, ``sendgrid``) or an in-house one (``http``);
+    its limits and fallback are LimitSettings' (rate_per_second None: Resend 2/s, others unlimited)."""
 
     kind: ApiKind  # type: ignore[valid-type]
     api_key: SecretStr | None = None  # provider key; for kind=http an optional bearer token
@@ -145,10 +137,6 @@ class ApiTransportSettings(BaseModel):
     signing_secret: SecretStr | None = None  # kind=http: HMAC-SHA256 signature of "timestamp.body"
     timeout_seconds: float = Field(default=30.0, gt=0, le=HOUR)  # whole request; at most 1 h
     max_parallel: int = Field(default=4, ge=1, le=256)  # requests in flight; 1-256
-    rate_per_second: float | None = Field(default=None, ge=MIN_RATE, le=MAX_RATE)  # None: Resend 2/s, others unlimited; 0.001-100000
-    burst: int = Field(default=1, ge=1, le=MAX_RATE)  # 1-100000
-    fallback: str | None = None  # as SmtpSettings.fallback
-    failover_after_seconds: float = Field(default=60.0, gt=0, le=DAY)
     # Many emails per request where the provider has a batch endpoint: default true for
     # resend (100 per request) and postmark (500), false for the other kinds (true is refused).
     batch: bool = True

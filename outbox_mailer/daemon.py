@@ -48,30 +48,32 @@ from .gate import TransportGate
 from .inflight import InFlight
 from .lanes import Lane
 from .liveness import Liveness
-from .ratelimit import TokenBucket
+from .quotas import Ledger, SharedLimit
 from .recorder import Recorder
 from .rescuer import Rescuer
 from .retention import prune_periodically
 from .sessions import DaemonSessions
 from .store import Store
+from .store.limits import LimitStore
 from .systemd import SystemdNotifier
 
 log = logging.getLogger("outbox_mailer")
 
+GIVE_BACK_SECONDS = 5.0
 
 
 def default_worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def build_gates(settings: Settings, transports: Mapping[str, Transport]) -> dict[str, TransportGate]:
+def build_gates(settings: Settings, transports: Mapping[str, Transport], ledger: Ledger) -> dict[str, TransportGate]:
+    """A gate per transport, with its shared limits when it has any (quotas.py)."""
     configs = settings.all_transports()
     gates = {}
     for name in transports:
         config = configs.get(name)
-        rate = getattr(config, "effective_rate_per_second", None) or getattr(config, "rate_per_second", None)
-        limiter = TokenBucket(rate, config.burst) if config is not None and rate else None
-        gates[name] = TransportGate(name, Breaker(settings.pause_base_seconds, settings.pause_max_seconds), limiter)
+        limit = SharedLimit(name, config, ledger) if config is not None and config.limited else None
+        gates[name] = TransportGate(name, Breaker(settings.pause_base_seconds, settings.pause_max_seconds), limit)
     return gates
 
 
@@ -100,7 +102,8 @@ class Daemon:
         self.recorder = Recorder(self._db, self._stopping, self.inflight,
                                  observer.recorded if observer is not None else None,
                                  suppress_bad_mailboxes=settings.suppression.automatic)
-        self.gates = build_gates(settings, self.transports)
+        self._limits = LimitStore(self._url)  # connects only when a transport has a limit
+        self.gates = build_gates(settings, self.transports, self._limits)
         self.lanes = {name: Lane(name, t.max_parallel, getattr(t, "batch_limit", 0))
                       for name, t in self.transports.items()}
         self.executor = Executor(settings, self.transports, self.gates, self.inflight, self.recorder, ledger=self._db,
@@ -166,6 +169,12 @@ class Daemon:
                     await self.recorder.inbox.aclose()
                 outer.cancel_scope.cancel()
         finally:
+            with anyio.CancelScope(shield=True):
+                with anyio.move_on_after(GIVE_BACK_SECONDS):
+                    for gate in self.gates.values():
+                        if gate.limit is not None:
+                            await gate.limit.give_back()  # unused recipients of a daily limit
+                await self._limits.close()
             await self._db.close()
             log.info("stopped worker=%s %s", self.worker, " ".join(f"{k}={v}" for k, v in self.recorder.counts.items()))
 

@@ -6,7 +6,7 @@ job executor)::
     claimed row ─▶ unreadable or unknown transport? ─────────────────────┐
         │                                                                │
         ▼                                                                ▼
-    expired? ─▶ compose ─▶ gate.admit (rate limit, pause) ─▶ claim still young?
+    expired? ─▶ compose ─▶ gate.admit (shared limits, pause) ─▶ claim still young?
         ─▶ transport.send ─▶ gate.observe (breaker) ─▶ decide() ─▶ OutcomeWrite ─▶ recorder
 
 Every way out of a send (sent, refused, unreachable, held back, cancelled at
@@ -221,8 +221,9 @@ class Executor:
                 messages.append(prepared)
             else:
                 await self.carry(delivery, prepared, name=name)
-        if len(members) == 1:
-            await self.carry(members[0], messages[0], name=name)
+        if len(members) == 1 or not self.gates[name].fits_one_request(sum(len(m.recipients) for m in messages)):
+            for delivery, message in zip(members, messages, strict=True):
+                await self.carry(delivery, message, name=name)
         elif members:
             await self._send_batch(name, transport, members, messages, started)
 
@@ -251,7 +252,7 @@ class Executor:
     async def _request_batch(self, name: str, transport: Transport, members: list[Delivery],
                              messages: list[ComposedMessage]) -> list[BatchOutcome]:
         """Admit once, record the batch with its key, then make the one request."""
-        held_back = await self.gates[name].admit()
+        held_back = await self.gates[name].admit(sum(len(m.recipients) for m in messages))
         if held_back is not None:
             return [held_back] * len(members)
         if not all(self._may_start(d, transport) for d in members):
@@ -300,7 +301,7 @@ class Executor:
             return [self._write(d, batch.transport, started, p if isinstance(p, Outcome) else unknown,
                                 worker=f"rescuer {self.worker}") for d, p in zip(members, prepared, strict=True)]
         messages = [p for p in prepared if not isinstance(p, Outcome)]
-        if await self.gates[batch.transport].admit() is not None:
+        if await self.gates[batch.transport].admit(sum(len(m.recipients) for m in messages)) is not None:
             return self._not_replayed(members)
         results = await transport.send_batch(messages, list(members), batch.key)  # type: ignore[attr-defined]
         now = self.clock()
@@ -361,7 +362,7 @@ class Executor:
                 return prepared, None
             message = prepared
         transport = self.transports[name]
-        held_back = await self.gates[name].admit()
+        held_back = await self.gates[name].admit(len(message.recipients))
         if held_back is not None:
             return held_back, message
         if not self._may_start(delivery, transport):

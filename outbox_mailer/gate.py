@@ -2,15 +2,16 @@
 
 A :class:`TransportGate` holds, for one transport:
 
-* an optional token bucket (rate limit shared by the daemon's sends; a 429
-  with Retry-After empties it for that long);
+* optionally its limits shared by every daemon on the database (quotas.py: the request rate,
+  the daily recipients; a throttling reply lowers the shared rate);
 * a circuit breaker (an unreachable server pauses the transport with backoff;
-  an outcome may also ask for an explicit pause: quota, refused credentials).
+  an outcome may also ask for an explicit pause: quota, refused credentials, the daily limit
+  reached).
 
-:meth:`admit` runs right before a send and holds it back when the transport
-is paused or the row's claim is too old to start safely; :meth:`observe` feeds
-the breaker and the bucket with the send's outcome. Queues and workers are the
-lanes' (lanes.py); the send itself is the executor's (executor.py).
+:meth:`admit` runs right before a send: it waits for the send's share of the limits, and holds
+the send back when the transport is paused; :meth:`observe` feeds the breaker and the limits with
+the send's outcome. Queues and workers are the lanes' (lanes.py); the send itself, and the check
+that its claim is young enough to start, are the executor's (executor.py).
 """
 
 from __future__ import annotations
@@ -22,29 +23,40 @@ import anyio
 
 from .breaker import Breaker
 from .delivery import Cause, Outcome
-from .ratelimit import TokenBucket
+from .quotas import SharedLimit, throttling
 
 log = logging.getLogger("outbox_mailer")
 
 
 class TransportGate:
-    def __init__(self, name: str, breaker: Breaker, limiter: TokenBucket | None) -> None:
+    def __init__(self, name: str, breaker: Breaker, limit: SharedLimit | None = None) -> None:
         self.name = name
         self.breaker = breaker
-        self.limiter = limiter
+        self.limit = limit
         self.held_off_until = 0.0  # a 429 asked to wait until then (failover.py routes around a long one)
 
     def is_paused(self, now: float) -> bool:
         return self.breaker.is_paused(now)
 
     def held_off_seconds(self, now: float) -> float:
-        return max(0.0, self.held_off_until - now)
+        """How long a 429 asked to wait, here or (through the shared limits) at another daemon."""
+        shared = self.limit.held_until if self.limit is not None else 0.0
+        return max(0.0, self.held_off_until - now, shared - now)
 
-    async def admit(self) -> Outcome | None:
-        """Wait for the rate limit; None when a send may start now, else why it is held back
-        (the caller checks the claim's age after this wait)."""
-        if self.limiter is not None:
-            await self.limiter.acquire()
+    def fits_one_request(self, recipients: int) -> bool:
+        """A request for this many recipients could ever pass DAILY_LIMIT (a batch that could not goes singly)."""
+        daily = self.limit.daily_limit if self.limit is not None else None
+        return daily is None or recipients <= daily
+
+    async def admit(self, recipients: int = 1) -> Outcome | None:
+        """Wait for one request's share of the limits, for ``recipients``; None when a send may start
+        now, else why it may not (the caller checks the claim's age after this wait)."""
+        paused = self._paused()
+        if paused is None and self.limit is not None:
+            paused = await self.limit.take(recipients)
+        return paused or self._paused()
+
+    def _paused(self) -> Outcome | None:
         now = anyio.current_time()
         if self.breaker.is_paused(now):
             return Outcome.held_back(f"transport {self.name!r} is paused",
@@ -63,8 +75,8 @@ class TransportGate:
                 outcome, retry_after_seconds=max(outcome.pause_seconds, outcome.retry_after_seconds or 0))
         if outcome.retry_after_seconds and outcome.reply_code == 429:
             self.held_off_until = max(self.held_off_until, now + outcome.retry_after_seconds)
-            if self.limiter is not None:
-                self.limiter.hold_off(outcome.retry_after_seconds)  # "too many requests" slows every send of it
+        if self.limit is not None and throttling(outcome):
+            self.limit.throttled(outcome.retry_after_seconds)  # slows every daemon's sends of it
         if outcome.cause is Cause.UNREACHABLE:
             was_paused = self.breaker.is_paused(now)
             pause = self.breaker.unreachable(now)

@@ -50,6 +50,7 @@ from .store import OutcomeWrite, Store
 
 if TYPE_CHECKING:
     from .daemon import Daemon
+    from .quotas import SharedLimit
 
 log = logging.getLogger("outbox_mailer")
 
@@ -73,6 +74,7 @@ class Snapshot:
     reconnects: int
     pauses: dict[str, int]
     paused: dict[str, bool]
+    limits: dict[str, SharedLimit]  # the transports with shared limits (read at scrape time)
 
 
 class Metrics:
@@ -267,6 +269,7 @@ class Metrics:
             reconnects=daemon.reconnects,
             pauses={name: gate.breaker.pauses for name, gate in gates.items()},
             paused={name: gate.is_paused(now) for name, gate in gates.items()},
+            limits={name: gate.limit for name, gate in gates.items() if gate.limit is not None},
         )
 
     async def _stats_loop(self) -> None:
@@ -329,8 +332,33 @@ class _StateCollector(Collector):
                 paused.add_metric([name], 1.0 if snap.paused.get(name) else 0.0)
             yield pauses
             yield paused
+            yield from _limit_metrics(snap.limits)
             yield GaugeMetricFamily("outbox_mailer_in_flight", "Rows claimed by this daemon and not yet recorded",
                                     value=float(snap.health.get("in_flight", 0)))
+
+
+def _limit_metrics(limits: dict[str, SharedLimit]) -> Iterator[Metric]:
+    """The shared limits as this daemon last saw them (quotas.py), per transport that has any."""
+    rate = GaugeMetricFamily("outbox_mailer_transport_rate_per_second", "Requests per second the transport's "
+                             "shared limit allows now (RATE_PER_SECOND, lowered while throttled)", labels=["transport"])
+    throttles = CounterMetricFamily("outbox_mailer_transport_throttles", "Times a throttling reply lowered the "
+                                    "transport's shared rate (by any daemon)", labels=["transport"])
+    used = GaugeMetricFamily("outbox_mailer_transport_daily_used", "Recipients counted against DAILY_LIMIT in "
+                             "the rolling window", labels=["transport"])
+    remaining = GaugeMetricFamily("outbox_mailer_transport_daily_remaining", "Recipients DAILY_LIMIT still allows "
+                                  "in the rolling window", labels=["transport"])
+    grants = CounterMetricFamily("outbox_mailer_transport_limit_grants", "Grants of shared capacity this daemon "
+                                 "took from PostgreSQL (each serves many sends)", labels=["transport"])
+    for name in sorted(limits):
+        limit = limits[name]
+        if limit.rate_in_force is not None:
+            rate.add_metric([name], limit.rate_in_force)
+            throttles.add_metric([name], limit.throttles)
+        if limit.daily_limit is not None:
+            used.add_metric([name], float(limit.daily_used or 0))
+            remaining.add_metric([name], float(limit.daily_remaining or 0))
+        grants.add_metric([name], limit.grants)
+    yield from (rate, throttles, used, remaining, grants)
 
 
 JSON = "application/json"

@@ -559,3 +559,26 @@ WITH refusal AS (
 INSERT INTO email_suppressions (address, reason, source, delivery_id)
 SELECT DISTINCT ON (address) address, 'hard_bounce', 'smtp', delivery_id FROM refusal WHERE $7
 ON CONFLICT (address) DO NOTHING;
+
+-- name: take_capacity
+-- One grant of a transport's shared limits (sql/0011_shared_limits.sql, outbox_mailer/quotas.py): $1 transport, $2 RATE_PER_SECOND (null: none), $3 BURST, $4 requests wanted, $5 horizon in seconds, $6 DAILY_LIMIT (null: none), $7 DAILY_WINDOW_SECONDS, $8 recipients wanted, $9 recipients given back, $10 the slot they were granted in, $11 recovery seconds of a throttled rate.
+SELECT * FROM email_take_capacity($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11);
+
+-- name: throttle_transport
+-- A throttling reply: lower the transport's shared rate ($1 transport, $2 factor, $3 lowest share, $4 hold-off seconds, $5 recovery seconds, $6 cooldown seconds).
+SELECT * FROM email_throttle_transport($1, $2, $3, $4, $5, $6);
+
+-- name: transport_use
+-- Each limited transport's state for `stats` and the metrics: the rate share in force ($1 recovery seconds), throttles, and the requests and recipients granted within each transport's DAILY_WINDOW_SECONDS ($2, a jsonb object: transport -> seconds; 86400 when absent).
+SELECT l.transport,
+       least(1, l.rate_share + extract(epoch FROM clock_timestamp() - l.share_at) / $1) AS rate_share,
+       l.throttles, l.throttled_at,
+       coalesce(sum(u.requests), 0)::bigint AS requests,
+       coalesce(sum(u.recipients), 0)::bigint AS recipients
+FROM email_transport_limits l
+LEFT JOIN email_transport_usage u
+       ON u.transport = l.transport
+      AND u.slot_start > clock_timestamp() - make_interval(secs => coalesce(($2::jsonb ->> l.transport)::float8, 86400)
+                                                                   + u.slot_seconds)
+GROUP BY l.transport, l.rate_share, l.share_at, l.throttles, l.throttled_at
+ORDER BY l.transport;

@@ -105,11 +105,19 @@ def print_table(rows: list[dict[str, Any]]) -> None:
 
 
 def stats_lines(stats: dict[str, Any]) -> list[str]:
-    """``name  value`` lines (``stats``): floats to one decimal, a missing value as ``-``."""
+    """``name  value`` lines (``stats``): floats to one decimal, a missing value as ``-``; a nested
+    mapping (``transports``: name -> its limits' use) as ``transports.NAME.FIELD`` lines."""
     def show(value: Any) -> str:
         return "-" if value is None else f"{value:.1f}" if isinstance(value, float) else str(value)
 
-    return [f"{name:24} {show(value)}" for name, value in stats.items()]
+    lines = []
+    for name, value in stats.items():
+        if isinstance(value, dict):
+            lines += [f"{name}.{inner}.{field:27} {show(v)}" for inner, fields in value.items()
+                      for field, v in fields.items()]
+        else:
+            lines.append(f"{name:24} {show(value)}")
+    return lines
 
 
 def check_line(check: str, ok: bool, detail: Any) -> str:

@@ -11,6 +11,7 @@ import anyio
 
 from ..config import Settings
 from ..delivery import Status
+from ..quotas import transport_use
 from ..retention import prune
 from ..store import Store
 from .database import run_with_store
@@ -90,8 +91,10 @@ def _confirm(question: str) -> bool:
 
 def cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
     async def go(store: Store) -> int:
+        limits = {name: t for name, t in settings.all_transports().items() if t.limited}
         while True:
             stats = await store.stats()
+            stats["transports"] = await transport_use(limits, settings.require_database_url())
             if args.json:
                 emit(stats)
             elif args.watch and sys.stdout.isatty():

@@ -25,3 +25,5 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON email_delivery_events, email_suppression
     TO :"daemon_role";
 -- Provider batch requests as recorded before they are made (schema 8).
 GRANT SELECT, INSERT, UPDATE, DELETE ON email_batches TO :"daemon_role";
+-- Transport limits shared by every daemon (schema 11): grants of rate and daily capacity.
+GRANT SELECT, INSERT, UPDATE, DELETE ON email_transport_limits, email_transport_usage TO :"daemon_role";

@@ -140,6 +140,20 @@ def test_stats_json(installed: Installed, env: dict[str, str]) -> None:
     out = installed.cli("stats", "--json", env=env)
     stats = json.loads(out.stdout)
     assert stats["pending"] == 1 and stats["due_now"] == 1 and stats["oldest_due_age_seconds"] >= 0
+    assert stats["transports"] == {}, "no transport has a limit"
+
+
+def test_stats_shows_each_limited_transports_use_and_what_is_left(installed: Installed, env: dict[str, str],
+                                                                  db_url: str) -> None:
+    limited = {**env, "OUTBOX_MAILER_SMTP__RATE_PER_SECOND": "14", "OUTBOX_MAILER_SMTP__DAILY_LIMIT": "50000"}
+    psql(db_url, "INSERT INTO email_transport_limits (transport) VALUES ('smtp'); "
+                 "INSERT INTO email_transport_usage VALUES ('smtp', now(), 864, 7, 1234)")
+    stats = json.loads(installed.cli("stats", "--json", env=limited).stdout)
+    assert stats["transports"] == {"smtp": {
+        "rate_per_second": 14.0, "configured_rate_per_second": 14.0, "throttles": 0, "requests_granted": 7,
+        "window_seconds": 86400.0, "daily_limit": 50000, "daily_used": 1234, "daily_remaining": 48766}}
+    text = installed.cli("stats", env=limited).stdout
+    assert "transports.smtp.daily_remaining" in text and "48766" in text
 
 
 def test_check_reports_each_dependency(installed: Installed, env: dict[str, str]) -> None:
