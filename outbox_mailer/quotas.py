@@ -10,12 +10,12 @@ takes capacity from there **a batch at a time**, never a round trip per email:
   they never exceed the rate plus the burst. A slot more than ``LATE_SHARE`` of an interval late
   is dropped, not used (late slots would go out together). The burst's tolerance is reckoned at
   the configured rate, so a lowered rate never brings a slot forward;
-* **recipients**: a grant takes what the send needs, or ``DAILY_CHUNK`` of the limit when that is
-  more (round trips stay rare at large limits; what a daemon holds unused is bounded by it, and
-  goes back when the daemon stops). Held recipients are used before the usage slot they are
-  counted in ends, or dropped: sent later, they would fall outside windows that count them. A
-  grant counts the recipients when it is taken, before the send: a send that fails still counts,
-  so the limit is never exceeded.
+* **recipients**: a grant takes what the send needs for each send waiting, or ``DAILY_CHUNK`` of
+  the limit when that is more (round trips stay rare at large limits). Held recipients are used
+  before the usage slot they are counted in ends (sent later, they would fall outside windows
+  that count them); what is left then goes back with the next grant, and all of it when the
+  daemon stops. A grant counts the recipients when it is taken, before the send: a send that
+  fails still counts, so the limit is never exceeded.
 
 When the window has no room for a send's recipients, :meth:`take` answers ``paused`` until the
 oldest counted slot leaves the window: the gate pauses the transport, so its rows stay
@@ -103,6 +103,7 @@ class SharedLimit:
         self._late = 0.0  # a slot this late is dropped (LATE_SHARE of the interval)
         self.held_until = 0.0  # monotonic: no slot is due before then (failover.py routes around a long wait)
         self._allowance: deque[_Held] = deque()  # recipients granted and not yet used, oldest first
+        self._unused: deque[_Held] = deque()  # held ones whose slot ended: to give back
         self._throttle_hold: float | None = None  # a throttling reply to report with the next grant
         self._chunk = max(1, math.ceil((self.daily_limit or 0) * DAILY_CHUNK))
         # the state as of the last grant: the metrics and the log show it
@@ -173,7 +174,7 @@ class SharedLimit:
         if self.daily_limit is None:
             return 0
         while self._allowance and self._allowance[0].usable_until <= now:
-            self._allowance.popleft()
+            self._unused.append(self._allowance.popleft())  # given back with the next grant
         return max(0, recipients - self.held)
 
     def _unreachable(self, exc: Exception) -> Outcome:
@@ -183,10 +184,19 @@ class SharedLimit:
     async def _grant(self, requests: int, recipients: int) -> Grant:
         if self._throttle_hold is not None:
             await self._report_throttle()
-        grant = await self._ledger.take_capacity(
-            self.name, rate=self.rate, burst=self.burst, requests=requests, horizon=HORIZON_SECONDS,
-            daily_limit=self.daily_limit, window=self.window,
-            recipients=max(recipients, self._chunk) if recipients > 0 else 0, recovery=RECOVERY_SECONDS)
+        returned = self._unused.popleft() if self._unused else None
+        try:
+            grant = await self._ledger.take_capacity(
+                self.name, rate=self.rate, burst=self.burst, requests=requests, horizon=HORIZON_SECONDS,
+                daily_limit=self.daily_limit, window=self.window,
+                # the other waiting sends are likely to need as many: one grant for them all
+                recipients=max(recipients * max(1, self._waiting), self._chunk) if recipients > 0 else 0,
+                returned=returned.left if returned else 0, returned_slot=returned.slot if returned else None,
+                recovery=RECOVERY_SECONDS)
+        except DatabaseError:
+            if returned is not None:
+                self._unused.appendleft(returned)
+            raise
         now = self._clock()
         self.grants += 1
         self._slots.extend(now + max(0.0, grant.first_in + i * grant.spacing) for i in range(grant.requests))
@@ -242,8 +252,10 @@ class SharedLimit:
 
     async def give_back(self) -> None:
         """The daemon stops: recipients granted and not used go back to the window."""
-        while self._allowance:
-            held = self._allowance.popleft()
+        self._unused.extend(self._allowance)
+        self._allowance.clear()
+        while self._unused:
+            held = self._unused.popleft()
             try:
                 await self._ledger.take_capacity(
                     self.name, rate=None, burst=self.burst, requests=0, horizon=0.0, daily_limit=None,

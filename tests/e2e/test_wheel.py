@@ -25,7 +25,8 @@ def test_migrate_from_the_installed_wheel(installed: Installed, empty_db_url: st
                              "WHERE schemaname = 'public'"], capture_output=True, text=True, check=True)
     assert tables.stdout.strip() == (
         "email_batches,email_deliveries,email_delivery_attempts,email_delivery_events,email_queue,"
-        "email_suppressions,email_webhook_tokens,outbox_mailer_migrations")
+        "email_suppressions,email_transport_limits,email_transport_usage,email_webhook_tokens,"
+        "outbox_mailer_migrations")
 
 
 def test_print_sql_needs_no_database(installed: Installed) -> None:

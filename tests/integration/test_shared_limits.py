@@ -181,6 +181,7 @@ async def test_held_recipients_are_not_used_after_the_slot_that_counts_them(ledg
     await anyio.sleep(0.15)  # a slot is 0.1 s long
     assert await limit.take(1) is None
     assert limit.grants == 2, "the two held recipients ended with their slot: a new grant"
+    assert limit.daily_used == 4, "and they went back with it: 1 used, then 3 more granted"
 
 
 async def test_a_wait_at_the_shared_schedule_is_seen_by_failover_routing(ledgers: list[LimitStore]) -> None:
