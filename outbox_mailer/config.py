@@ -46,6 +46,7 @@ from .errors import CompositionError, ConfigurationError
 from .event_settings import SuppressionSettings, WebhookSettings
 from .limit_settings import DAY, FINITE, HOUR, WEEK, LimitSettings
 from .redaction import redacted_url
+from .setting_names import refuse_unknown_names
 from .staging import ALLOWED_SETTING, REDIRECT_SETTING, allowed_patterns, checked_redirect
 from .transports.registry import API_PROVIDERS, BATCH_KINDS, TRANSPORT_KINDS, has_batch_endpoint, in_house
 
@@ -367,8 +368,10 @@ def load_settings(**overrides: Any) -> Settings:
         if not os.path.isdir(secrets_dir):
             raise ConfigurationError(f"secrets directory {secrets_dir!r} does not exist")
         kwargs["_secrets_dir"] = secrets_dir
+    # first: a typo would otherwise surface as some other error, or as none at all
+    refuse_unknown_names(Settings, [SmtpTransportSettings, ApiTransportSettings], ENV_PREFIX, secrets_dir)
     try:
-        return Settings(**kwargs)
+        settings = Settings(**kwargs)
     except (UnicodeDecodeError, SettingsError) as exc:  # a value that could not even be read
         raise source_error(exc, secrets_dir) from None
     except ValidationError as exc:
@@ -380,4 +383,4 @@ def load_settings(**overrides: Any) -> Settings:
             msg = err.get("msg", "invalid").removeprefix("Value error, ")
             lines.append(f"{name}: {msg}")
         raise ConfigurationError("invalid configuration: " + "; ".join(lines), setting=first_setting) from exc
-
+    return settings

@@ -49,6 +49,14 @@ def test_every_command_refuses_a_bad_helo_name_at_start_up(installed: Installed,
     assert_usage(out, "OUTBOX_MAILER_SMTP__HELO_NAME")
 
 
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: c[0])
+def test_every_command_refuses_a_misspelt_setting_naming_the_one_it_meant(installed: Installed, env: dict[str, str],
+                                                                          command: list[str]) -> None:
+    out = installed.cli(*command, env={**env, "OUTBOX_MAILER_SMTP__PASWORD": "hunter2"}, timeout=30)
+    assert_usage(out, "OUTBOX_MAILER_SMTP__PASWORD (did you mean OUTBOX_MAILER_SMTP__PASSWORD?)")
+    assert "hunter2" not in out.stderr + out.stdout
+
+
 @pytest.mark.parametrize(
     ("variable", "value"),
     [
