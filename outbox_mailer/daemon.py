@@ -43,7 +43,6 @@ from .claimer import Claimer, DaemonObserver
 from .clock import utc_now
 from .config import Settings
 from .delivery import Transport
-from .errors import ConfigurationError
 from .executor import Executor
 from .gate import TransportGate
 from .inflight import InFlight
@@ -56,7 +55,6 @@ from .retention import prune_periodically
 from .sessions import DaemonSessions
 from .store import Store
 from .store.limits import LimitStore
-from .store.pooler import session_pooling_problem
 from .systemd import SystemdNotifier
 
 log = logging.getLogger("outbox_mailer")
@@ -181,10 +179,6 @@ class Daemon:
             log.info("stopped worker=%s %s", self.worker, " ".join(f"{k}={v}" for k, v in self.recorder.counts.items()))
 
     async def _check_schema(self) -> None:
-        """The schema this version needs, on a connection with a session of its own (store/pooler.py)."""
-        problem = await session_pooling_problem(self._url)
-        if problem is not None:
-            raise ConfigurationError(problem, setting="OUTBOX_MAILER_DATABASE_URL")
         store = await Store.open(self._url, max_size=1)
         try:
             await store.require_schema()
