@@ -267,17 +267,13 @@ class SharedLimit:
                 return
 
 
-async def transport_use(limits: Mapping[str, LimitSettings], url: str) -> dict[str, dict[str, Any]]:
+async def transport_use(limits: Mapping[str, LimitSettings], ledger: LimitStore) -> dict[str, dict[str, Any]]:
     """For ``stats``: each limited transport's rate in force, throttles, and the requests and
     recipients counted in its window, with the capacity left (every daemon's use together)."""
     if not limits:
         return {}
-    ledger = LimitStore(url)
-    try:
-        rows = {r["transport"]: r for r in await ledger.transport_use(
-            RECOVERY_SECONDS, {name: t.daily_window_seconds for name, t in limits.items()})}
-    finally:
-        await ledger.close()
+    rows = {r["transport"]: r for r in await ledger.transport_use(
+        RECOVERY_SECONDS, {name: t.daily_window_seconds for name, t in limits.items()})}
     use = {}
     for name, t in limits.items():
         row = rows.get(name, {})

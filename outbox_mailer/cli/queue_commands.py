@@ -14,6 +14,7 @@ from ..delivery import Status
 from ..quotas import transport_use
 from ..retention import prune
 from ..store import Store
+from ..store.limits import LimitStore
 from .database import run_with_store
 from .email_commands import retry_one
 from .input import UsageError, dedupe_key, duration, int_in, seconds_in
@@ -92,9 +93,10 @@ def _confirm(question: str) -> bool:
 def cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
     async def go(store: Store) -> int:
         limits = {name: t for name, t in settings.all_transports().items() if t.limited}
+        ledger = LimitStore(store=store)  # the command's own pool, each refresh
         while True:
             stats = await store.stats()
-            stats["transports"] = await transport_use(limits, settings.require_database_url())
+            stats["transports"] = await transport_use(limits, ledger)
             if args.json:
                 emit(stats)
             elif args.watch and sys.stdout.isatty():

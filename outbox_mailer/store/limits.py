@@ -43,9 +43,13 @@ class Throttled:
 
 
 class LimitStore:
-    def __init__(self, url: str) -> None:
+    """On its own pool, opened on first use (the daemon); or on a caller's open ``store``, which
+    it leaves open (``stats``)."""
+
+    def __init__(self, url: str = "", *, store: Store | None = None) -> None:
         self._url = url
-        self._store: Store | None = None
+        self._store = store
+        self._owned = store is None
         self._opening = anyio.Lock()
 
     async def _open(self) -> Store:
@@ -55,7 +59,7 @@ class LimitStore:
             return self._store
 
     async def close(self) -> None:
-        if self._store is not None:
+        if self._store is not None and self._owned:
             await self._store.close()
             self._store = None
 

@@ -12,6 +12,7 @@ from prometheus_client import generate_latest
 
 from outbox_mailer.metrics import Metrics
 from outbox_mailer.quotas import transport_use
+from outbox_mailer.store.limits import LimitStore
 from tests.integration.conftest import insert
 from tests.integration.test_http_transports import (  # noqa: F401  (fixtures)
     api,
@@ -49,8 +50,8 @@ async def test_a_daily_limit_of_50_shared_by_two_daemons_sends_50_of_80_and_the_
     assert 'outbox_mailer_transport_daily_remaining{transport="resend"} 0.0' in page
     assert 'outbox_mailer_transport_daily_used{transport="resend"} 50.0' in page
     assert 'outbox_mailer_transport_paused{transport="resend"} 1.0' in page, "paused until the window has room"
-    use = await transport_use({"resend": stopped.settings.transports["resend"]}, stopped.settings.database_url
-                              .get_secret_value())
+    use = await transport_use({"resend": stopped.settings.transports["resend"]},
+                              LimitStore(store=runs[0].store))
     assert use["resend"]["requests_granted"] >= 50, "request slots (some granted to sends the window then stopped)"
     assert use["resend"] | {"rate_per_second": None, "requests_granted": 0} == {
         "rate_per_second": None, "configured_rate_per_second": 1000.0, "throttles": 0, "requests_granted": 0,

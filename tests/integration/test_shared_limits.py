@@ -191,3 +191,14 @@ async def test_a_wait_at_the_shared_schedule_is_seen_by_failover_routing(ledgers
     with anyio.move_on_after(0.3):
         await gate.admit(1)
     assert gate.held_off_seconds(anyio.current_time()) > 4.0, "another daemon's 429 holds this one off too"
+
+
+async def test_a_grant_the_database_cannot_answer_holds_the_send_back_uncharged() -> None:
+    from tests.smtp_server import free_port
+
+    ledger = LimitStore(f"postgresql://postgres@127.0.0.1:{free_port()}/postgres")  # nothing listens there
+    limit = SharedLimit("resend", LimitSettings(rate_per_second=10.0, daily_limit=100), ledger)
+    outcome = await limit.take(1)
+    assert outcome is not None and outcome.cause is Cause.HELD_BACK and not outcome.charge_attempt
+    assert "cannot take a grant of its shared limits" in (outcome.error or "") and outcome.retry_after_seconds
+    await ledger.close()
