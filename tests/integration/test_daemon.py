@@ -10,6 +10,7 @@ from typing import Any
 import anyio
 import pytest
 
+from outbox_mailer.errors import DatabaseError
 from outbox_mailer.store import Store
 from tests.integration.conftest import insert
 from tests.smtp_server import SmtpTestServer
@@ -83,20 +84,27 @@ async def test_attempts_run_out(running: Any, store: Store, smtp_server: SmtpTes
 
 
 @pytest.mark.parametrize(
-    ("cols", "field"),
+    ("cols", "field", "refused_by"),
     [
-        ({"subject": "hi\r\nBcc: victim@example.com"}, "subject"),
-        ({"to_addresses": ["not an address"]}, "to_addresses[0]"),
-        ({"headers": {"From": "spoof@example.com"}}, "headers"),
-        ({"headers": {"X-Note": "a\nb"}}, "headers"),
-        ({"transport": "carrier-pigeon"}, "transport"),
+        ({"subject": "hi\r\nBcc: victim@example.com"}, "subject", "email_deliveries_subject_no_control_chars"),
+        ({"to_addresses": ["not an address"]}, "to_addresses[0]", None),
+        ({"headers": {"From": "spoof@example.com"}}, "headers", None),
+        ({"headers": {"X-Note": "a\nb"}}, "headers", "email_deliveries_header_values_no_control_chars"),
+        ({"transport": "carrier-pigeon"}, "transport", None),
         ({"attachments": [{"filename": "a.bin", "content_type": "application/octet-stream",
-                           "content_base64": "not base64!"}]}, "attachments"),
+                           "content_base64": "not base64!"}]}, "attachments", None),
     ],
 )
 async def test_rows_that_cannot_be_composed_fail_and_the_rest_go_on(
-    running: Any, store: Store, smtp_server: SmtpTestServer, cols: dict[str, Any], field: str  # noqa: F811
+    running: Any, store: Store, smtp_server: SmtpTestServer, cols: dict[str, Any], field: str,  # noqa: F811
+    refused_by: str | None,
 ) -> None:
+    """What SQL can judge is refused at INSERT (schema 12); the daemon still fails such a row written
+    before (the trigger off stands for an older schema), and everything SQL cannot judge."""
+    if refused_by is not None:
+        with pytest.raises(DatabaseError, match=refused_by):
+            await insert(store, "bad", **cols)
+        await store.execute("ALTER TABLE email_deliveries DISABLE TRIGGER email_deliveries_check_content")
     await insert(store, "bad", **cols)
     await insert(store, "good")
     r = await running()
