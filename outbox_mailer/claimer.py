@@ -115,18 +115,20 @@ class Claimer:
                                                 default_transport=self._executor.default_transport,
                                                 max_content_bytes=self.settings.max_message_bytes,
                                                 message_ids=self._executor.message_ids)
-                await self._db.ensure_listening()
             except DatabaseError as exc:
                 if not self._stopping.is_set():
                     await self._db.failed(exc)
                 continue
             self.last_claim_ok = anyio.current_time()
+            # held before anything else is awaited: a claim not yet in InFlight looks dead to this
+            # daemon's own rescuer (its session's advisory locks are re-entrant)
+            self._inflight.hold(batch, self.last_claim_ok)
             if self._observer is not None:
                 self._observer.claimed(len(batch))
-            self._inflight.hold(batch, self.last_claim_ok)
             for delivery in batch:
                 if not self._executor.refuse_unsendable(delivery):
                     self._lanes[self._executor.route(delivery)].submit(delivery)
+            await self._db.ensure_listening()  # after the batch went to the lanes: a slow connect delays no send
             if len(batch) < want:
                 await self._idle(session)
 

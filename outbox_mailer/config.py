@@ -235,6 +235,7 @@ class Settings(BaseSettings):
     batch_size: int = Field(default=100, ge=1, le=10_000)  # rows per claim; 1-10000
     poll_interval_seconds: float = Field(default=5.0, gt=0, le=HOUR)  # fallback when NOTIFY is missed; at most 1 h
     shutdown_grace_seconds: float = Field(default=30.0, ge=0, le=HOUR)  # finish in-flight sends on SIGTERM; 0-1 h
+    database_timeout_seconds: float = Field(default=30.0, ge=1, le=HOUR)  # a daemon statement, or its silent connection; 1 s-1 h
     in_doubt: Literal["resend", "hold"] = "resend"  # ambiguous outcome: resend or hold for an operator
     rescue_after_seconds: float | None = Field(default=None, gt=0, le=DAY)  # None: smtp.send_timeout_seconds + 15; at most 1 day
     rescue_interval_seconds: float = Field(default=15.0, gt=0, le=HOUR)  # how often dead claims are looked for; at most 1 h

@@ -43,6 +43,7 @@ from .claimer import Claimer, DaemonObserver
 from .clock import utc_now
 from .config import Settings
 from .delivery import Transport
+from .errors import ConfigurationError
 from .executor import Executor
 from .gate import TransportGate
 from .inflight import InFlight
@@ -53,8 +54,9 @@ from .recorder import Recorder
 from .rescuer import Rescuer
 from .retention import prune_periodically
 from .sessions import DaemonSessions
-from .store import Store
+from .store import SessionLimits, Store
 from .store.limits import LimitStore
+from .store.pooler import session_pooling_problem
 from .systemd import SystemdNotifier
 
 log = logging.getLogger("outbox_mailer")
@@ -97,8 +99,9 @@ class Daemon:
         self._stopping = anyio.Event()
         self.inflight = InFlight(settings.concurrency)
         self.liveness = Liveness(self.notifier, self._status_line, settings.debug_wedge_file)
+        self._session_limits = SessionLimits(settings.database_timeout_seconds)
         self._db = DaemonSessions(self._url, on_notify=self.inflight.work_may_be_due, held_keys=self.inflight.keys,
-                                  stopping=self._stopping, on_retry=self.liveness.beat)
+                                  stopping=self._stopping, on_retry=self.liveness.beat, limits=self._session_limits)
         self.recorder = Recorder(self._db, self._stopping, self.inflight,
                                  observer.recorded if observer is not None else None,
                                  suppress_bad_mailboxes=settings.suppression.automatic)
@@ -153,7 +156,8 @@ class Daemon:
                 if handle_signals:
                     outer.start_soon(self._watch_signals)
                 outer.start_soon(self.rescuer.run)
-                outer.start_soon(prune_periodically, self._url, self.settings.prune)
+                outer.start_soon(prune_periodically, self._url, self.settings.prune, self._session_limits)
+                outer.start_soon(self._db.keep_alive)
                 async with anyio.create_task_group() as core:
                     core.start_soon(self.recorder.run)
                     async with anyio.create_task_group() as sends:
@@ -179,6 +183,10 @@ class Daemon:
             log.info("stopped worker=%s %s", self.worker, " ".join(f"{k}={v}" for k, v in self.recorder.counts.items()))
 
     async def _check_schema(self) -> None:
+        """The schema this version needs, on a connection with a session of its own (store/pooler.py)."""
+        problem = await session_pooling_problem(self._url)
+        if problem is not None:
+            raise ConfigurationError(problem, setting="OUTBOX_MAILER_DATABASE_URL")
         store = await Store.open(self._url, max_size=1)
         try:
             await store.require_schema()

@@ -48,6 +48,26 @@ def find_bindir() -> Path | None:
     return Path(found[0]).parent if found else None
 
 
+def postmaster_state(datadir: Path) -> str | None:
+    """postmaster.pid's 8th line, as pg_ctl reads it ('ready', 'standby', 'starting'...); None: not yet."""
+    try:
+        lines = (datadir / "postmaster.pid").read_text().splitlines()
+    except OSError:
+        return None
+    return lines[7].strip() if len(lines) >= 8 else None
+
+
+def log_tail(directory: Path | None, lines: int = 30) -> str:
+    """The last lines of a cluster's postgres.log ('' when there is none)."""
+    if directory is None:
+        return ""
+    try:
+        text = (directory / "postgres.log").read_text(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -143,23 +163,13 @@ class TemporaryPostgres:
                 raise DatabaseUnavailable(f"postgres exited early; log:\n{self.log_tail()}")
             # as pg_ctl does: postmaster.pid's 8th line says "ready" once connections are accepted
             # (an open port alone may still answer "the database system is starting up")
-            try:
-                lines = (self.directory / "data" / "postmaster.pid").read_text().splitlines()  # type: ignore[operator]
-                if len(lines) >= 8 and lines[7].strip() == "ready":
-                    return
-            except OSError:
-                pass
+            if postmaster_state(self.directory / "data") == "ready":  # type: ignore[operator]
+                return
             time.sleep(0.05)
         raise DatabaseUnavailable(f"postgres did not start within {timeout:g} s; log:\n{self.log_tail()}")
 
     def log_tail(self, lines: int = 30) -> str:
-        if self.directory is None:
-            return ""
-        try:
-            text = (self.directory / "postgres.log").read_text(errors="replace")
-        except OSError:
-            return ""
-        return "\n".join(text.splitlines()[-lines:])
+        return log_tail(self.directory, lines)
 
     def stop(self) -> None:
         if self._embedded is not None:

@@ -17,7 +17,8 @@ import anyio
 
 from .config import PruneSettings
 from .errors import DatabaseError
-from .store import Store
+from .store import SessionLimits, Store
+from .store.connection import settled
 
 log = logging.getLogger("outbox_mailer")
 
@@ -48,7 +49,11 @@ async def prune(store: Store, settings: PruneSettings, progress: Progress | None
     async def in_batches(step: Callable[[float, int], Awaitable[int]], older_than: float,
                          phase: str | None = None, total: int = 0) -> int:
         done = 0
-        while n := await step(older_than, settings.batch_size):
+        while True:
+            # a batch is one short statement: a stop waits for it (store/connection.py, settled)
+            n = await settled(step(older_than, settings.batch_size))
+            if not n:
+                break
             done += n
             if progress and phase:
                 progress(phase, done, max(total, done))
@@ -63,7 +68,7 @@ async def prune(store: Store, settings: PruneSettings, progress: Progress | None
     )
 
 
-async def prune_periodically(url: str, settings: PruneSettings) -> None:
+async def prune_periodically(url: str, settings: PruneSettings, limits: SessionLimits | None = None) -> None:
     """The daemon's retention task (``prune.interval_seconds``); runs until cancelled."""
     interval = settings.interval_seconds
     if interval is None:
@@ -71,11 +76,11 @@ async def prune_periodically(url: str, settings: PruneSettings) -> None:
     while True:
         await anyio.sleep(interval)
         try:
-            store = await Store.open(url, max_size=1)
+            store = await Store.open(url, max_size=1, limits=limits)
             try:
                 result = await prune(store, settings, pause_between_batches=0.01)
             finally:
-                await store.close()
+                await settled(store.close())
         except DatabaseError as exc:
             log.warning("prune skipped: %s", exc)
             continue

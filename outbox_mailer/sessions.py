@@ -6,7 +6,13 @@
   them unguarded (a key someone else took meanwhile is logged; its outcome
   write will then find the claim gone, which is logged and counted too);
 * the LISTEN session, reopened on the next claim after it was lost (the
-  poll interval covers the gap).
+  poll interval covers the gap);
+* both pinged while idle (:meth:`DaemonSessions.keep_alive`), so that one
+  which went silent, its TCP connection open but nothing answering, is
+  noticed within a bounded time and replaced (docs/production-postgres.md).
+  The silent session's server side lives on until the server's
+  idle_session_timeout ends it, holding its advisory locks, so the keys a
+  reconnect could not take again are tried at every ping until they are.
 """
 
 from __future__ import annotations
@@ -19,7 +25,8 @@ import anyio
 
 from .delivery import Delivery
 from .errors import DatabaseError, DatabaseUnavailable
-from .store import AttemptRecord, ClaimSession, Listener
+from .store import AttemptRecord, ClaimSession, Listener, SessionLimits
+from .store.connection import settled
 
 log = logging.getLogger("outbox_mailer")
 
@@ -36,8 +43,10 @@ class DaemonSessions:
         held_keys: Callable[[], Sequence[str]],
         stopping: anyio.Event,
         on_retry: Callable[[], None] = lambda: None,
+        limits: SessionLimits | None = None,
     ) -> None:
         self._url = url
+        self._limits = limits or SessionLimits()
         self._on_notify = on_notify
         self._held_keys = held_keys
         self._stopping = stopping
@@ -55,7 +64,7 @@ class DaemonSessions:
             delay = RECONNECT_FIRST_SECONDS
             while self._claim is None or self._claim.is_closed():
                 try:
-                    session = await ClaimSession.open(self._url)
+                    session = await ClaimSession.open(self._url, limits=self._limits)
                 except DatabaseError as exc:
                     if self._stopping.is_set():
                         raise DatabaseUnavailable(f"stopping while the database is unavailable: {exc}") from exc
@@ -81,6 +90,28 @@ class DaemonSessions:
         for key in taken:
             log.warning("lock lost key=%s: another session holds it since the reconnect", key)
         log.info("re-took %d of %d in-flight advisory locks", len(keys) - len(taken), len(keys))
+
+    async def keep_alive(self) -> None:
+        """Runs until cancelled: every heartbeat, ping the idle sessions (a failed ping drops the
+        session; the next use reconnects), reopen a lost LISTEN session, and try again the locks a
+        reconnect could not take."""
+        beat = self._limits.heartbeat
+        while True:
+            await anyio.sleep(beat)
+            claim, listener = self._claim, self._listener
+            try:
+                if claim is not None and not claim.is_closed():
+                    await settled(claim.ping(beat))
+                    await settled(claim.relock_again())
+            except DatabaseError as exc:
+                await self.failed(exc)
+            if listener is not None and not listener.is_closed():
+                try:
+                    await settled(listener.ping(beat))
+                except DatabaseError as exc:
+                    log.warning("LISTEN session lost (%s); reopening", exc)
+                    listener.abort()
+            await self.ensure_listening()
 
     @contextlib.asynccontextmanager
     async def idle(self) -> AsyncIterator[None]:
@@ -128,16 +159,23 @@ class DaemonSessions:
         """A statement on the claim session failed: drop it (its locks go with it); the next use reconnects."""
         log.warning("database error: %s", exc)
         if self._claim is not None:
-            await self._claim.close()
+            if isinstance(exc, DatabaseUnavailable):  # lost or silent: a goodbye would wait for nothing
+                self._claim.abort()
+            else:
+                await self._claim.close()
         await anyio.sleep(0.2)
 
     async def ensure_listening(self) -> None:
         if self._listener is not None and not self._listener.is_closed():
             return
+        lost = self._listener is not None
         try:
-            self._listener = await Listener.open(self._url, self._on_notify)
+            self._listener = await Listener.open(self._url, self._on_notify, limits=self._limits)
         except DatabaseError as exc:
             log.warning("LISTEN failed (%s); relying on polling until it works", exc)
+            return
+        if lost:  # what was notified while nobody listened is found by a claim now, not at the next poll
+            self._on_notify()
 
     async def close(self) -> None:
         """Close both sessions; closing the claim session releases every advisory lock it holds."""

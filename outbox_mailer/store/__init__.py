@@ -11,9 +11,16 @@ asyncpg errors are translated here (``connection.py``) into :mod:`outbox_mailer.
 """
 
 from .admin import Store
-from .claims import AttemptRecord, ClaimSession, DeadClaim, Listener, OutcomeWrite, RecordedBatch
-from .connection import CHANNEL, translate_errors
+from .claims import (
+           AttemptRecord,
+           ClaimSession,
+           DeadClaim,
+           Listener,
+           OutcomeWrite,
+           RecordedBatch,
+)
+from .connection import CHANNEL, SessionLimits, translate_errors
 from .events import EventStore
 
 __all__ = ["CHANNEL", "AttemptRecord", "ClaimSession", "DeadClaim", "EventStore", "Listener", "OutcomeWrite",
-           "RecordedBatch", "Store", "translate_errors"]
+           "RecordedBatch", "SessionLimits", "Store", "translate_errors"]

@@ -11,7 +11,14 @@ import asyncpg
 from ..errors import InvalidTransition, NotFound, SchemaMismatch
 from ..migrations import Migration, expected_schema_version
 from ..queries import sql
-from .connection import affected, init_reading_connection, translate_errors
+from .connection import (
+    SessionLimits,
+    affected,
+    connect_each_host,
+    init_reading_connection,
+    translate_errors,
+    uncancelled,
+)
 
 
 class Store:
@@ -21,12 +28,21 @@ class Store:
         self._pool = pool
 
     @classmethod
-    async def open(cls, url: str, *, max_size: int = 4, timeout: float = 10.0) -> Store:
+    async def open(cls, url: str, *, max_size: int = 4, timeout: float = 10.0,
+                   limits: SessionLimits | None = None) -> Store:
+        """A pool; ``limits`` for the daemon's own (not migrate's, whose statements may be long)."""
+
+        async def init(conn: asyncpg.Connection) -> None:
+            if limits is not None:
+                await limits.apply(conn, heartbeated=False)
+            await init_reading_connection(conn)
+
         with translate_errors():
-            pool = await asyncpg.create_pool(
-                url, min_size=1, max_size=max_size, timeout=timeout, init=init_reading_connection,
+            pool = await uncancelled(asyncpg.create_pool(
+                url, min_size=1, max_size=max_size, timeout=timeout, init=init, connect=connect_each_host,
+                command_timeout=limits.command_timeout if limits is not None else None,
                 server_settings={"application_name": "outbox-mailer"},
-            )
+            ), lambda p: p.close())
         return cls(pool)
 
     async def close(self) -> None:

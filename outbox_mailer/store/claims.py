@@ -17,7 +17,7 @@ from ..decide import Transition
 from ..delivery import Delivery, OutcomeKind, RefusedRecipient
 from ..message_ids import DEFAULT_KEY, MessageIdKey
 from ..queries import sql
-from .connection import CHANNEL, connect, translate_errors
+from .connection import CHANNEL, SessionLimits, connect, translate_errors
 from .rows import delivery_from_row, instant_or_none
 
 
@@ -126,14 +126,15 @@ class ClaimSession:
         self._lock = anyio.Lock()
         self._unlock_later: list[str] = []  # committed outcomes' keys, for the next claim
         self._idle = False  # no claim is coming: unlock right after each write
+        self._not_relocked: set[str] = set()  # in-flight keys another session held when relocked
 
     @property
     def deferred_unlocks(self) -> int:
         return len(self._unlock_later)
 
     @classmethod
-    async def open(cls, url: str, *, timeout: float = 10.0) -> ClaimSession:
-        conn = await connect(url, timeout)
+    async def open(cls, url: str, *, timeout: float = 10.0, limits: SessionLimits | None = None) -> ClaimSession:
+        conn = await connect(url, timeout, limits)
         with translate_errors():
             await conn.execute(sql("claim_session"))  # it keeps email_queue itself; plans made once
         return cls(conn)
@@ -143,8 +144,21 @@ class ClaimSession:
         with contextlib.suppress(Exception):
             await self._conn.close(timeout=5)
 
+    def abort(self) -> None:
+        """Drop a connection that stopped answering, without waiting for it (its server side ends
+        by the server's timeouts, and its locks with it)."""
+        self._conn.terminate()
+
     def is_closed(self) -> bool:
         return self._conn.is_closed()
+
+    async def ping(self, timeout: float) -> None:
+        """One round trip, unless a statement is under way (it answers for the connection then)."""
+        if self._lock.locked():
+            return
+        async with self._lock:
+            with translate_errors():
+                await self._conn.execute("SELECT 1", timeout=timeout)
 
     async def claim_due(
         self, limit: int, worker: str, *, paused: Sequence[str] = (), default_transport: str = "smtp",
@@ -189,7 +203,20 @@ class ClaimSession:
             return []
         async with self._lock:
             with translate_errors():
-                return [r["dedupe_key"] for r in await self._conn.fetch(sql("relock"), list(keys))]
+                taken = [r["dedupe_key"] for r in await self._conn.fetch(sql("relock"), list(keys))]
+            self._not_relocked.update(taken)
+            return taken
+
+    async def relock_again(self) -> list[str]:
+        """Try again the keys :meth:`relock` could not take whose outcome this session has not written
+        or released since (a silent session's server side may hold them until the server ends it);
+        returns the keys someone still holds."""
+        async with self._lock:
+            if self._not_relocked:
+                with translate_errors():
+                    rows = await self._conn.fetch(sql("relock"), sorted(self._not_relocked))
+                self._not_relocked = {r["dedupe_key"] for r in rows}
+            return sorted(self._not_relocked)
 
     async def record_outcomes(self, writes: Sequence[OutcomeWrite]) -> set[int]:
         """Apply transitions fenced on the claim; their keys are unlocked by the class's rule.
@@ -200,6 +227,7 @@ class ClaimSession:
         async with self._lock:
             with translate_errors():
                 rows = await self._conn.fetch(sql("record_outcomes"), *args)
+            self._not_relocked.difference_update(w.delivery.dedupe_key for w in writes)
             idle = self._idle
             if not idle:
                 self._unlock_later.extend(w.delivery.dedupe_key for w in writes)
@@ -223,6 +251,7 @@ class ClaimSession:
         if not keys:
             return 0
         async with self._lock:
+            self._not_relocked.difference_update(keys)
             with translate_errors():
                 return int(await self._conn.fetchval(sql("release_locks"), list(keys)))
 
@@ -305,14 +334,22 @@ class Listener:
         self._conn = conn
 
     @classmethod
-    async def open(cls, url: str, on_notify: Callable[[], None], *, timeout: float = 10.0) -> Listener:
-        conn = await connect(url, timeout)
+    async def open(cls, url: str, on_notify: Callable[[], None], *, timeout: float = 10.0,
+                   limits: SessionLimits | None = None) -> Listener:
+        conn = await connect(url, timeout, limits)
         with translate_errors():
             await conn.add_listener(CHANNEL, lambda *_: on_notify())
         return cls(conn)
 
     def is_closed(self) -> bool:
         return self._conn.is_closed()
+
+    async def ping(self, timeout: float) -> None:
+        with translate_errors():
+            await self._conn.execute("SELECT 1", timeout=timeout)
+
+    def abort(self) -> None:
+        self._conn.terminate()
 
     async def close(self) -> None:
         with contextlib.suppress(Exception):

@@ -1,0 +1,149 @@
+"""Connections that go silent: open, ACKed by TCP, but nothing answering (a NAT or firewall
+that lost its state). The daemon reaches PostgreSQL through tests/stalling_proxy.py; stalling
+it silences every connection open at that moment while new ones pass. The daemon must notice
+within a bounded time, reconnect, and send nothing twice; the silent sessions' server sides
+must end by themselves and free their advisory locks.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import anyio
+import pytest
+
+from outbox_mailer.store import ClaimSession, Listener, SessionLimits, Store
+from tests.smtp_server import SmtpTestServer
+from tests.sql_store import SqlStore
+from tests.stalling_proxy import StallingProxy
+
+pytestmark = pytest.mark.anyio
+
+TIMEOUT = 2.0  # DATABASE_TIMEOUT_SECONDS in these tests: pings every 0.67 s, the server ends silent sessions after 4 s
+
+
+def through(url: str, port: int) -> str:
+    parts = urlsplit(url)
+    userinfo, _, _ = parts.netloc.rpartition("@")
+    netloc = f"{userinfo}@127.0.0.1:{port}" if userinfo else f"127.0.0.1:{port}"
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+async def daemon_backends(store: Store) -> set[int]:
+    rows = await store.fetch("SELECT pid FROM pg_stat_activity WHERE application_name = 'outbox-mailer' "
+                             "AND pid <> pg_backend_pid()")
+    return {r["pid"] for r in rows}
+
+
+async def wait_for(predicate: Any, timeout: float, what: str) -> float:
+    """Poll until ``predicate()`` (async) holds; returns the seconds it took."""
+    started = time.monotonic()
+    with anyio.fail_after(timeout):
+        while not await predicate():
+            await anyio.sleep(0.05)
+    took = time.monotonic() - started
+    print(f"{what}: {took:.2f} s")
+    return took
+
+
+async def test_the_daemon_sessions_carry_the_server_side_limits(db_url: str) -> None:
+    limits = SessionLimits(30)
+    claim = await ClaimSession.open(db_url, limits=limits)
+    listener = await Listener.open(db_url, lambda: None, limits=limits)
+    store = await SqlStore.open(db_url, max_size=1, limits=limits)
+    plain = await SqlStore.open(db_url, max_size=1)
+    try:
+        show = ("SELECT current_setting('statement_timeout') AS st, current_setting('lock_timeout') AS lt, "
+                "current_setting('idle_in_transaction_session_timeout') AS it, "
+                "current_setting('idle_session_timeout') AS idle, current_setting('tcp_keepalives_idle') AS ka")
+        for conn in (claim._conn, listener._conn):
+            row = await conn.fetchrow(show)
+            assert (row["st"], row["lt"], row["it"], row["idle"], row["ka"]) == ("30s", "10s", "1min", "1min", "15")
+        pooled = (await store.fetch(show))[0]
+        assert (pooled["st"], pooled["idle"]) == ("30s", "0")  # a pool nobody pings is never ended for idling
+        assert (await plain.fetch(show))[0]["st"] == "0"  # migrate's statements may take long
+    finally:
+        await claim.close()
+        await listener.close()
+        await store.close()
+        await plain.close()
+
+
+async def test_a_statement_stuck_on_a_silent_connection_fails_as_unavailable(db_url: str) -> None:
+    with StallingProxy("127.0.0.1", urlsplit(db_url).port or 5432) as proxy:
+        session = await ClaimSession.open(through(db_url, proxy.port), limits=SessionLimits(TIMEOUT))
+        try:
+            assert proxy.stall() == 1
+            started = time.monotonic()
+            with pytest.raises(Exception) as caught:
+                await session.count_pending()
+            took = time.monotonic() - started
+        finally:
+            await session.close()
+    assert type(caught.value).__name__ == "DatabaseUnavailable", caught.value
+    assert TIMEOUT <= took < SessionLimits(TIMEOUT).command_timeout + 2, took
+
+
+async def test_a_silent_connection_is_replaced_and_nothing_is_sent_twice(
+        running: Any, store: Store, db_url: str, smtp_server: SmtpTestServer) -> None:
+    smtp_server.delay("DATA", 0.05)
+    await store.execute(
+        "INSERT INTO email_deliveries (dedupe_key, to_addresses, subject, text_body) "
+        "SELECT 'dead-' || g, ARRAY['a@example.com'], 'dead-' || g, 'b' FROM generate_series(1, 150) g")
+    with StallingProxy("127.0.0.1", urlsplit(db_url).port or 5432) as proxy:
+        daemon = (await running(database_url=through(db_url, proxy.port), database_timeout_seconds=TIMEOUT,
+                                concurrency=4, batch_size=10)).daemon
+        with anyio.fail_after(20):
+            while len(smtp_server.accepted) < 20:
+                await anyio.sleep(0.02)
+        silent = await daemon_backends(store)
+        assert proxy.stall() >= 2  # the claim session and the LISTEN session at least
+
+        async def reconnected() -> bool:
+            return daemon.reconnects >= 1
+
+        await wait_for(reconnected, 30, "silent claim session noticed and replaced")
+
+        async def all_sent() -> bool:
+            return (await store.stats())["sent"] == 150
+
+        await wait_for(all_sent, 60, "all 150 rows sent after the stall")
+
+        async def silent_ended() -> bool:  # idle_session_timeout: 2 x DATABASE_TIMEOUT_SECONDS
+            return not (await daemon_backends(store)) & silent
+
+        await wait_for(silent_ended, 30, "the silent sessions' server sides ended by the server")
+        locks = await store.fetch("SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory' AND pid = ANY($1)",
+                                  sorted(silent))
+        assert locks[0]["n"] == 0
+    received = smtp_server.received_by_header("Subject", accepted_only=True)
+    assert len(received) == 150
+    assert max(received.values()) == 1, [s for s, n in received.items() if n > 1]
+
+
+async def test_an_idle_daemon_replaces_its_silent_listen_session(
+        running: Any, store: Store, db_url: str, smtp_server: SmtpTestServer) -> None:
+    """Nothing to claim and a poll interval of a minute: only a LISTEN session that works again can
+    bring the next row out quickly, so the heartbeat must have found the silent one and reopened it."""
+    with StallingProxy("127.0.0.1", urlsplit(db_url).port or 5432) as proxy:
+        await running(database_url=through(db_url, proxy.port), database_timeout_seconds=TIMEOUT,
+                      poll_interval_seconds=60)
+        await anyio.sleep(0.5)  # started, idle
+        opened = proxy.accepted
+        assert proxy.stall() >= 2
+
+        async def reopened() -> bool:  # the claim session and the LISTEN session came back
+            return proxy.accepted >= opened + 2
+
+        await wait_for(reopened, 20, "idle sessions noticed and reopened")
+        await store.execute("INSERT INTO email_deliveries (dedupe_key, to_addresses, subject, text_body) "
+                            "VALUES ('after-stall', ARRAY['a@example.com'], 'after-stall', 'b')")
+
+        async def sent() -> bool:
+            return (await store.status(["after-stall"]))[0]["status"] == "sent"
+
+        await wait_for(sent, 10, "a row inserted after the stall sent")
+    assert smtp_server.received_by_header("Subject")["after-stall"] == 1
+
