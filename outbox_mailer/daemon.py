@@ -179,6 +179,8 @@ class Daemon:
                         if gate.limit is not None:
                             await gate.limit.give_back()  # unused recipients of a daily limit
                 await self._limits.close()
+                with anyio.move_on_after(GIVE_BACK_SECONDS):
+                    await self.rescuer.forget_me()
             await self._db.close()
             log.info("stopped worker=%s %s", self.worker, " ".join(f"{k}={v}" for k, v in self.recorder.counts.items()))
 

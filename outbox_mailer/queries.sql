@@ -221,12 +221,13 @@ WHERE a.delivery_id = ANY ($1::bigint[]);
 SELECT date_part('epoch', min(scheduled_at)) AS next_due_at FROM email_queue WHERE claimed_at IS NULL;
 
 -- name: find_dead_claims
--- Claims (found through email_queue) older than $1 seconds whose advisory lock nobody holds, except this session's own rows $3 (session locks are re-entrant); locks each for this session. Columns as claim_due returns them (content left out above $4 bytes; the Message-ID that was sent, from the key $5 to $8, where the claiming daemon did not write it), with the claim and the batch the row was sent in (null: sent alone).
+-- Claims (found through email_queue) older than $1 seconds, or of the workers $9 whose processes are provably dead (processes.py), whose advisory lock nobody holds, except this session's own rows $3 (session locks are re-entrant); locks each for this session. Columns as claim_due returns them (content left out above $4 bytes; the Message-ID that was sent, from the key $5 to $8, where the claiming daemon did not write it), with the claim and the batch the row was sent in (null: sent alone).
 WITH stale AS (
     SELECT d.id AS delivery_id, outbox_mailer_lock_key(d.dedupe_key) AS lock_key
     FROM email_deliveries d
     WHERE d.id = ANY (ARRAY(SELECT q.delivery_id FROM email_queue q WHERE q.claimed_at IS NOT NULL))
-      AND d.status = 'sending' AND d.claimed_at < now() - make_interval(secs => $1)
+      AND d.status = 'sending'
+      AND (d.claimed_at < now() - make_interval(secs => $1) OR d.claimed_by = ANY ($9::text[]))
       AND d.id <> ALL ($3::bigint[])
     ORDER BY d.claimed_at
     LIMIT $2
@@ -263,6 +264,28 @@ SELECT id, transport, idempotency_key, member_ids, sends FROM email_batches WHER
 -- name: batch_resent
 -- Before a rescuer resends batch $1: one more request under its key. Returns the requests made, this one included.
 UPDATE email_batches SET sends = sends + 1 WHERE id = $1 RETURNING sends;
+
+-- name: process_seen
+-- This daemon process says who it is (schema 13: boot id $1, pid namespace $2, pid $3, start ticks $4, worker $5); processes not seen for $6 seconds are forgotten. Returns the processes known (as this statement began) of every worker that has one in this boot and pid namespace.
+WITH seen AS (
+    INSERT INTO email_daemon_processes (boot_id, pid_ns, pid, start_ticks, worker) VALUES ($1::uuid, $2, $3, $4, $5)
+    ON CONFLICT (boot_id, pid_ns, pid, start_ticks) DO UPDATE SET seen_at = now(), worker = EXCLUDED.worker
+), forgotten AS (
+    DELETE FROM email_daemon_processes WHERE seen_at < now() - make_interval(secs => $6)
+)
+SELECT p.boot_id::text AS boot_id, p.pid_ns, p.pid, p.start_ticks, p.worker
+FROM email_daemon_processes p
+WHERE p.worker = ANY (ARRAY(SELECT h.worker FROM email_daemon_processes h WHERE h.boot_id = $1::uuid AND h.pid_ns = $2));
+
+-- name: process_gone
+-- A daemon process stopping cleanly forgets itself (schema 13).
+DELETE FROM email_daemon_processes WHERE boot_id = $1::uuid AND pid_ns = $2 AND pid = $3 AND start_ticks = $4;
+
+-- name: dead_claims_left
+-- How many rows the workers $1 still hold 'sending', this session's own $2 left out.
+SELECT count(*) FROM email_deliveries d
+WHERE d.id = ANY (ARRAY(SELECT q.delivery_id FROM email_queue q WHERE q.claimed_at IS NOT NULL))
+  AND d.status = 'sending' AND d.claimed_by = ANY ($1::text[]) AND d.id <> ALL ($2::bigint[]);
 
 -- name: prune_batches
 -- Batches older than $1 seconds that no queue row points at any more.

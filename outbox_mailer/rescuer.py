@@ -1,8 +1,9 @@
 """The rescuer: claims whose daemon is gone (or that a daemon gave up) are settled.
 
-Every ``rescue_interval_seconds`` it asks the claim session for rows left
+Every ``rescue_interval_seconds``, and at start, it asks the claim session for rows left
 ``sending`` longer than the rescue delay whose advisory lock nobody holds (each
-then locked by this session). A row that went out in a recorded batch is resent
+then locked by this session), or left by a process of this host that is provably
+dead (processes.py: instant recovery), whatever their age. A row that went out in a recorded batch is resent
 as that identical batch, under the same key, while the provider still absorbs a
 repeat; every other dead claim is an ambiguous outcome for the in-doubt policy
 (``Executor.rescued``). The writes go through the recorder, fenced on each
@@ -11,6 +12,7 @@ row's claim token like any outcome.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Mapping
 
@@ -23,11 +25,15 @@ from .executor import Executor
 from .inflight import InFlight
 from .recorder import Recorder
 from .sessions import DaemonSessions
-from .store import DeadClaim, RecordedBatch
+from .processes import dead_workers, this_process
+from .store import ClaimSession, DeadClaim, RecordedBatch
 from .transports import resend_safe_until
 
 log = logging.getLogger("outbox_mailer")
 
+FORGET_PROCESSES_SECONDS = 86_400.0  # a process not seen for a day is forgotten (its claims then wait the delay)
+START_LOOK_EVERY_SECONDS = 0.5
+START_LOOK_FOR_SECONDS = 10.0
 RESCUE_BATCH = 500  # room for a whole batch of any provider (Postmark: 500)
 BATCH_RECORD_SECONDS = 2 * 86_400.0  # recorded batches no row points at are forgotten after this
 
@@ -41,14 +47,49 @@ class Rescuer:
         self._executor = executor
         self._recorder = recorder
         self._transports = transports
+        self._me = this_process()
+        self._dead: list[str] = []  # workers whose processes here are provably dead, at the last look
 
     async def run(self) -> None:
+        await self._at_start()
         while True:
             await anyio.sleep(self.settings.rescue_interval_seconds)
             try:
                 await self.rescue_once()
             except DatabaseError as exc:
                 log.warning("rescue skipped: %s", exc)
+
+    async def _at_start(self) -> None:
+        """A daemon starting (a restart after ``kill -9``, say) settles the claims of this host's
+        provably dead processes now; while some are still locked (the dead session's server side
+        not yet ended), it looks again every half second, for ten seconds at most."""
+        with anyio.move_on_after(START_LOOK_FOR_SECONDS):
+            while True:
+                try:
+                    await self.rescue_once()
+                    session = await self._db.claim_session()
+                    if not self._dead or not await session.dead_claims_left(self._dead, self._inflight.ids):
+                        return
+                except DatabaseError as exc:
+                    log.warning("rescue skipped: %s", exc)
+                await anyio.sleep(START_LOOK_EVERY_SECONDS)
+
+    async def _dead_workers(self, session: ClaimSession) -> list[str]:
+        """Say this process is alive; the workers whose processes here are provably dead (processes.py)."""
+        if self._me is None:
+            return []
+        known = await session.process_seen(self._me, self._executor.worker, FORGET_PROCESSES_SECONDS)
+        dead = dead_workers(known, self._me)
+        for worker in sorted(set(dead) - set(self._dead)):
+            log.warning("the processes of worker %s are gone (same boot and pid namespace, no such process): "
+                        "their claims are rescued without waiting for the rescue delay", worker)
+        return dead
+
+    async def forget_me(self) -> None:
+        """A clean stop: this process is no longer one to prove dead."""
+        if self._me is not None and self._db.connected:
+            with contextlib.suppress(DatabaseError):
+                await (await self._db.claim_session()).process_gone(self._me)
 
     async def rescue_once(self) -> int:
         """Settle claims of dead processes (or given up to a rescuer); returns how many.
@@ -61,9 +102,10 @@ class Rescuer:
         goes through the in-doubt policy.
         """
         session = await self._db.claim_session()
+        self._dead = await self._dead_workers(session)
         dead = await session.find_dead_claims(self.settings.effective_rescue_after_seconds, RESCUE_BATCH,
-                                              own=self._inflight.ids(), max_content_bytes=self.settings.max_message_bytes,
-                                              message_ids=self._executor.message_ids)
+                                              own=self._inflight.ids, max_content_bytes=self.settings.max_message_bytes,
+                                              message_ids=self._executor.message_ids, dead_workers=self._dead)
         await session.prune_batches(BATCH_RECORD_SECONDS)
         if not dead:
             return 0

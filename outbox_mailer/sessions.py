@@ -58,6 +58,11 @@ class DaemonSessions:
         self._idle = False  # the claim loop waits for work (see ClaimSession's lock rule)
         self.reconnects = 0
 
+    @property
+    def connected(self) -> bool:
+        """The claim session is open (nothing waits for a reconnect)."""
+        return self._claim is not None and not self._claim.is_closed()
+
     async def claim_session(self) -> ClaimSession:
         """The claim session; reconnects with backoff. Raises DatabaseUnavailable once stopping."""
         async with self._lock:

@@ -16,6 +16,7 @@ import asyncpg
 from ..decide import Transition
 from ..delivery import Delivery, OutcomeKind, RefusedRecipient
 from ..message_ids import DEFAULT_KEY, MessageIdKey
+from ..processes import ProcessIdentity
 from ..queries import sql
 from .connection import CHANNEL, SessionLimits, connect, translate_errors
 from .rows import delivery_from_row, instant_or_none
@@ -267,22 +268,48 @@ class ClaimSession:
         return instant_or_none(seconds)
 
     async def find_dead_claims(
-        self, older_than_seconds: float, limit: int, *, own: Sequence[int] = (),
+        self, older_than_seconds: float, limit: int, *, own: Sequence[int] | Callable[[], Sequence[int]] = (),
         max_content_bytes: int = 10 * 1024 * 1024, message_ids: MessageIdKey = DEFAULT_KEY,
+        dead_workers: Sequence[str] = (),
     ) -> list[DeadClaim]:
         """Claims whose holder is gone, each now locked by this session.
 
-        ``own``: ids this session claimed itself (a session's advisory locks are
-        re-entrant, so they would look free to it). ``message_ids``: to give a claim of a daemon
-        that did not write the row's Message-ID the one it sent (message_ids.py).
+        ``own``: ids this session claimed itself (a session's advisory locks are re-entrant, so
+        they would look free to it); a callable is asked once the session is this call's, so that
+        a claim made meanwhile is counted. ``dead_workers``: workers whose processes are provably
+        dead (processes.py), whose claims need not wait for ``older_than_seconds``.
+        ``message_ids``: to give a claim of a daemon that did not write the row's Message-ID the one
+        it sent (message_ids.py).
         """
         async with self._lock:
+            ids = list(own() if callable(own) else own)
             with translate_errors():
-                rows = await self._conn.fetch(sql("find_dead_claims"), older_than_seconds, limit, list(own),
+                rows = await self._conn.fetch(sql("find_dead_claims"), older_than_seconds, limit, ids,
                                               max_content_bytes, message_ids.inner_pad, message_ids.outer_pad,
-                                              message_ids.default_from, message_ids.fallback_domain)
+                                              message_ids.default_from, message_ids.fallback_domain,
+                                              list(dead_workers))
         return [DeadClaim(delivery_from_row(r, max_content_bytes), r["claimed_at"], r["claimed_by"], r["batch_id"])
                 for r in rows]
+
+    async def process_seen(self, me: ProcessIdentity, worker: str,
+                           forget_after_seconds: float) -> list[tuple[str, ProcessIdentity]]:
+        """Say this process is alive (schema 13); returns (worker, process) of every worker with a
+        process in this boot and pid namespace."""
+        async with self._lock:
+            with translate_errors():
+                rows = await self._conn.fetch(sql("process_seen"), me.boot_id, me.pid_ns, me.pid, me.start_ticks,
+                                              worker, forget_after_seconds)
+        return [(r["worker"], ProcessIdentity(r["boot_id"], r["pid_ns"], r["pid"], r["start_ticks"])) for r in rows]
+
+    async def process_gone(self, me: ProcessIdentity) -> None:
+        async with self._lock:
+            with translate_errors():
+                await self._conn.execute(sql("process_gone"), me.boot_id, me.pid_ns, me.pid, me.start_ticks)
+
+    async def dead_claims_left(self, workers: Sequence[str], own: Callable[[], Sequence[int]]) -> int:
+        async with self._lock:
+            with translate_errors():
+                return int(await self._conn.fetchval(sql("dead_claims_left"), list(workers), list(own())))
 
     # -- batch sends: recorded before the request, so a rescuer can resend the identical batch ------
 

@@ -27,3 +27,5 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON email_delivery_events, email_suppression
 GRANT SELECT, INSERT, UPDATE, DELETE ON email_batches TO :"daemon_role";
 -- Transport limits shared by every daemon (schema 11): grants of rate and daily capacity.
 GRANT SELECT, INSERT, UPDATE, DELETE ON email_transport_limits, email_transport_usage TO :"daemon_role";
+-- Daemon processes, for instant recovery on the same host (schema 13).
+GRANT SELECT, INSERT, UPDATE, DELETE ON email_daemon_processes TO :"daemon_role";
