@@ -54,6 +54,7 @@ class DaemonSessions:
         self._claim: ClaimSession | None = None
         self._listener: Listener | None = None
         self._lock = anyio.Lock()
+        self._listen_lock = anyio.Lock()
         self._opened_before = False
         self._idle = False  # the claim loop waits for work (see ClaimSession's lock rule)
         self.reconnects = 0
@@ -171,14 +172,16 @@ class DaemonSessions:
         await anyio.sleep(0.2)
 
     async def ensure_listening(self) -> None:
-        if self._listener is not None and not self._listener.is_closed():
-            return
-        lost = self._listener is not None
-        try:
-            self._listener = await Listener.open(self._url, self._on_notify, limits=self._limits)
-        except DatabaseError as exc:
-            log.warning("LISTEN failed (%s); relying on polling until it works", exc)
-            return
+        """Open the LISTEN session if there is none (the claimer and the heartbeat both ask: one opens)."""
+        async with self._listen_lock:
+            if self._listener is not None and not self._listener.is_closed():
+                return
+            lost = self._listener is not None
+            try:
+                self._listener = await Listener.open(self._url, self._on_notify, limits=self._limits)
+            except DatabaseError as exc:
+                log.warning("LISTEN failed (%s); relying on polling until it works", exc)
+                return
         if lost:  # what was notified while nobody listened is found by a claim now, not at the next poll
             self._on_notify()
 
