@@ -117,7 +117,7 @@ class Claimer:
                                                 message_ids=self._executor.message_ids)
             except DatabaseError as exc:
                 if not self._stopping.is_set():
-                    await self._db.failed(exc)
+                    await self._db.failed(exc, locking=True)  # a claim stopped midway may hold locks
                 continue
             self.last_claim_ok = anyio.current_time()
             # held before anything else is awaited: a claim not yet in InFlight looks dead to this

@@ -145,6 +145,7 @@ class Daemon:
         await self._check_schema()
         try:
             await self._db.claim_session()
+            await self.rescuer.register()
             await self._db.ensure_listening()
             log.info("started worker=%s concurrency=%d batch=%d", self.worker, self.settings.concurrency,
                      self.settings.batch_size)

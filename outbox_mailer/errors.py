@@ -69,6 +69,12 @@ class DatabaseUnavailable(DatabaseError):
     """PostgreSQL cannot be reached, or the connection was lost."""
 
 
+class DatabaseBusy(DatabaseUnavailable):
+    """A statement ran into the daemon's lock_timeout or statement_timeout (a table locked by a
+    migration, a row an application holds): the connection is fine, the statement is to be tried
+    again later, like one that found the database away, never given up on."""
+
+
 class SchemaMismatch(DatabaseError):
     """The database schema is not at the version this code expects."""
 

@@ -28,7 +28,8 @@ class ProcessIdentity:
 
 
 def start_ticks(pid: int, proc: Path = PROC) -> int | None:
-    """The start time of process ``pid`` as this pid namespace sees it; None when there is none."""
+    """The start time of process ``pid`` as this pid namespace sees it; None when /proc shows none
+    (which alone is no proof: /proc may hide other users' processes, see :func:`provably_dead`)."""
     try:
         stat = (proc / str(pid) / "stat").read_text("ascii", errors="replace")
     except (FileNotFoundError, ProcessLookupError):
@@ -44,6 +45,8 @@ def this_process(proc: Path = PROC) -> ProcessIdentity | None:
         boot_id = (proc / "sys/kernel/random/boot_id").read_text("ascii").strip()
         pid_ns = os.readlink(proc / "self/ns/pid")
         pid = os.getpid()
+        if proc == PROC and os.readlink(proc / "self") != str(pid):
+            return None  # a /proc of another pid namespace (unshare --pid without its own /proc)
         ticks = start_ticks(pid, proc)
     except (OSError, ValueError, IndexError):
         return None
@@ -56,9 +59,25 @@ def provably_dead(other: ProcessIdentity, me: ProcessIdentity, proc: Path = PROC
     if other == me or other.boot_id != me.boot_id or other.pid_ns != me.pid_ns:
         return False
     try:
-        return start_ticks(other.pid, proc) != other.start_ticks
+        ticks = start_ticks(other.pid, proc)
     except (OSError, ValueError, IndexError):
         return False
+    if ticks is not None:
+        return ticks != other.start_ticks  # the pid is another process now, or the same one alive
+    return no_such_pid(other.pid)
+
+
+def no_such_pid(pid: int) -> bool:
+    """Asked of the kernel, since /proc hides other users' processes (hidepid, systemd's
+    ProtectProc=invisible): signal 0 fails with ESRCH only when no process has that pid here;
+    EPERM means one exists that is not ours to signal."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    return False
 
 
 def dead_workers(known: list[tuple[str, ProcessIdentity]], me: ProcessIdentity, proc: Path = PROC) -> list[str]:

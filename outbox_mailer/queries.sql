@@ -221,13 +221,14 @@ WHERE a.delivery_id = ANY ($1::bigint[]);
 SELECT date_part('epoch', min(scheduled_at)) AS next_due_at FROM email_queue WHERE claimed_at IS NULL;
 
 -- name: find_dead_claims
--- Claims (found through email_queue) older than $1 seconds, or of the workers $9 whose processes are provably dead (processes.py), whose advisory lock nobody holds, except this session's own rows $3 (session locks are re-entrant); locks each for this session. Columns as claim_due returns them (content left out above $4 bytes; the Message-ID that was sent, from the key $5 to $8, where the claiming daemon did not write it), with the claim and the batch the row was sent in (null: sent alone).
+-- Claims (found through email_queue) older than $1 seconds, or of the workers $9 whose processes are provably dead (processes.py; under this process's own name $10, only claims made before it started, $11), whose advisory lock nobody holds, except this session's own rows $3 (session locks are re-entrant); locks each for this session. Columns as claim_due returns them (content left out above $4 bytes; the Message-ID that was sent, from the key $5 to $8, where the claiming daemon did not write it), with the claim and the batch the row was sent in (null: sent alone).
 WITH stale AS (
     SELECT d.id AS delivery_id, outbox_mailer_lock_key(d.dedupe_key) AS lock_key
     FROM email_deliveries d
     WHERE d.id = ANY (ARRAY(SELECT q.delivery_id FROM email_queue q WHERE q.claimed_at IS NOT NULL))
       AND d.status = 'sending'
-      AND (d.claimed_at < now() - make_interval(secs => $1) OR d.claimed_by = ANY ($9::text[]))
+      AND (d.claimed_at < now() - make_interval(secs => $1)
+           OR (d.claimed_by = ANY ($9::text[]) AND (d.claimed_by <> $10 OR d.claimed_at < $11)))
       AND d.id <> ALL ($3::bigint[])
     ORDER BY d.claimed_at
     LIMIT $2

@@ -15,12 +15,13 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Mapping
+from datetime import datetime
 
 import anyio
 
 from .config import Settings
 from .delivery import Transport
-from .errors import DatabaseError
+from .errors import DatabaseError, DatabaseUnavailable
 from .executor import Executor
 from .inflight import InFlight
 from .recorder import Recorder
@@ -49,36 +50,59 @@ class Rescuer:
         self._transports = transports
         self._me = this_process()
         self._dead: list[str] = []  # workers whose processes here are provably dead, at the last look
+        self._started_at: datetime | None = None  # set by register(); None: own name's claims wait the delay
 
     async def run(self) -> None:
         await self._at_start()
         while True:
             await anyio.sleep(self.settings.rescue_interval_seconds)
-            try:
-                await self.rescue_once()
-            except DatabaseError as exc:
-                log.warning("rescue skipped: %s", exc)
+            await self._pass()
+
+    async def _pass(self) -> bool:
+        """One rescue pass; False when it failed (its session is dropped: a statement stopped after
+        it took advisory locks would leave them held)."""
+        try:
+            await self.rescue_once()
+        except DatabaseError as exc:
+            log.warning("rescue skipped: %s", exc)
+            await self._db.failed(exc, locking=True)
+            return False
+        return True
 
     async def _at_start(self) -> None:
         """A daemon starting (a restart after ``kill -9``, say) settles the claims of this host's
         provably dead processes now; while some are still locked (the dead session's server side
         not yet ended), it looks again every half second, for ten seconds at most."""
-        with anyio.move_on_after(START_LOOK_FOR_SECONDS):
-            while True:
+        deadline = anyio.current_time() + START_LOOK_FOR_SECONDS  # checked between passes, never cutting one
+        while anyio.current_time() < deadline:
+            if await self._pass():
                 try:
-                    await self.rescue_once()
                     session = await self._db.claim_session()
                     if not self._dead or not await session.dead_claims_left(self._dead, self._inflight.ids):
                         return
                 except DatabaseError as exc:
                     log.warning("rescue skipped: %s", exc)
-                await anyio.sleep(START_LOOK_EVERY_SECONDS)
+            await anyio.sleep(START_LOOK_EVERY_SECONDS)
+
+    async def register(self) -> None:
+        """Before the first claim: when this process started, by the database's clock (its own
+        fresh claims under a shared worker name are never a dead process's), and who it is."""
+        session = await self._db.claim_session()
+        self._started_at = await session.server_now()
+        self._dead = await self._dead_workers(session)
 
     async def _dead_workers(self, session: ClaimSession) -> list[str]:
         """Say this process is alive; the workers whose processes here are provably dead (processes.py)."""
         if self._me is None:
             return []
-        known = await session.process_seen(self._me, self._executor.worker, FORGET_PROCESSES_SECONDS)
+        try:
+            known = await session.process_seen(self._me, self._executor.worker, FORGET_PROCESSES_SECONDS)
+        except DatabaseUnavailable:
+            raise
+        except DatabaseError as exc:  # no grant on schema 13's table yet (`outbox-mailer grant`): the delay applies
+            log.warning("instant recovery off: %s", exc)
+            self._me = None
+            return []
         dead = dead_workers(known, self._me)
         for worker in sorted(set(dead) - set(self._dead)):
             log.warning("the processes of worker %s are gone (same boot and pid namespace, no such process): "
@@ -105,7 +129,8 @@ class Rescuer:
         self._dead = await self._dead_workers(session)
         dead = await session.find_dead_claims(self.settings.effective_rescue_after_seconds, RESCUE_BATCH,
                                               own=self._inflight.ids, max_content_bytes=self.settings.max_message_bytes,
-                                              message_ids=self._executor.message_ids, dead_workers=self._dead)
+                                              message_ids=self._executor.message_ids, dead_workers=self._dead,
+                                              worker=self._executor.worker, started_at=self._started_at)
         await session.prune_batches(BATCH_RECORD_SECONDS)
         if not dead:
             return 0

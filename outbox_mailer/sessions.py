@@ -24,7 +24,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 import anyio
 
 from .delivery import Delivery
-from .errors import DatabaseError, DatabaseUnavailable
+from .errors import DatabaseBusy, DatabaseError, DatabaseUnavailable
 from .store import AttemptRecord, ClaimSession, Listener, SessionLimits
 from .store.connection import settled
 
@@ -102,7 +102,7 @@ class DaemonSessions:
         session; the next use reconnects), reopen a lost LISTEN session, and try again the locks a
         reconnect could not take."""
         beat = self._limits.heartbeat
-        while True:
+        while not self._stopping.is_set():
             await anyio.sleep(beat)
             claim, listener = self._claim, self._listener
             try:
@@ -110,7 +110,7 @@ class DaemonSessions:
                     await settled(claim.ping(beat))
                     await settled(claim.relock_again())
             except DatabaseError as exc:
-                await self.failed(exc)
+                await self.failed(exc, claim)
             if listener is not None and not listener.is_closed():
                 try:
                     await settled(listener.ping(beat))
@@ -161,10 +161,14 @@ class DaemonSessions:
         except DatabaseError as exc:
             await self.failed(exc)  # closing the session released them
 
-    async def failed(self, exc: Exception) -> None:
-        """A statement on the claim session failed: drop it (its locks go with it); the next use reconnects."""
+    async def failed(self, exc: Exception, session: ClaimSession | None = None, *, locking: bool = False) -> None:
+        """A statement on the claim session (``session``: that one, if it is still the current one)
+        failed: drop it (its locks go with it); the next use reconnects. A busy database keeps it,
+        unless the statement was ``locking`` (a session lock it took before it was stopped stays)."""
         log.warning("database error: %s", exc)
-        if self._claim is not None:
+        if isinstance(exc, DatabaseBusy) and not locking:
+            pass
+        elif self._claim is not None and (session is None or session is self._claim):
             if isinstance(exc, DatabaseUnavailable):  # lost or silent: a goodbye would wait for nothing
                 self._claim.abort()
             else:

@@ -32,14 +32,14 @@ class Store:
                    limits: SessionLimits | None = None) -> Store:
         """A pool; ``limits`` for the daemon's own (not migrate's, whose statements may be long)."""
 
-        async def init(conn: asyncpg.Connection) -> None:
+        async def setup(conn: asyncpg.Connection) -> None:  # at each acquire: a release runs RESET ALL
             if limits is not None:
                 await limits.apply(conn, heartbeated=False)
-            await init_reading_connection(conn)
 
         with translate_errors():
             pool = await uncancelled(asyncpg.create_pool(
-                url, min_size=1, max_size=max_size, timeout=timeout, init=init, connect=connect_each_host,
+                url, min_size=1, max_size=max_size, timeout=timeout, init=init_reading_connection,
+                setup=setup if limits is not None else None, connect=connect_each_host,
                 command_timeout=limits.command_timeout if limits is not None else None,
                 server_settings={"application_name": "outbox-mailer"},
             ), lambda p: p.close())

@@ -270,14 +270,15 @@ class ClaimSession:
     async def find_dead_claims(
         self, older_than_seconds: float, limit: int, *, own: Sequence[int] | Callable[[], Sequence[int]] = (),
         max_content_bytes: int = 10 * 1024 * 1024, message_ids: MessageIdKey = DEFAULT_KEY,
-        dead_workers: Sequence[str] = (),
+        dead_workers: Sequence[str] = (), worker: str = "", started_at: datetime | None = None,
     ) -> list[DeadClaim]:
         """Claims whose holder is gone, each now locked by this session.
 
         ``own``: ids this session claimed itself (a session's advisory locks are re-entrant, so
         they would look free to it); a callable is asked once the session is this call's, so that
         a claim made meanwhile is counted. ``dead_workers``: workers whose processes are provably
-        dead (processes.py), whose claims need not wait for ``older_than_seconds``.
+        dead (processes.py), whose claims need not wait for ``older_than_seconds``; under this
+        process's own ``worker`` name, only those claimed before ``started_at``.
         ``message_ids``: to give a claim of a daemon that did not write the row's Message-ID the one
         it sent (message_ids.py).
         """
@@ -287,7 +288,7 @@ class ClaimSession:
                 rows = await self._conn.fetch(sql("find_dead_claims"), older_than_seconds, limit, ids,
                                               max_content_bytes, message_ids.inner_pad, message_ids.outer_pad,
                                               message_ids.default_from, message_ids.fallback_domain,
-                                              list(dead_workers))
+                                              list(dead_workers), worker, started_at)
         return [DeadClaim(delivery_from_row(r, max_content_bytes), r["claimed_at"], r["claimed_by"], r["batch_id"])
                 for r in rows]
 
@@ -300,6 +301,11 @@ class ClaimSession:
                 rows = await self._conn.fetch(sql("process_seen"), me.boot_id, me.pid_ns, me.pid, me.start_ticks,
                                               worker, forget_after_seconds)
         return [(r["worker"], ProcessIdentity(r["boot_id"], r["pid_ns"], r["pid"], r["start_ticks"])) for r in rows]
+
+    async def server_now(self) -> datetime:
+        async with self._lock:
+            with translate_errors():
+                return await self._conn.fetchval("SELECT now()")
 
     async def process_gone(self, me: ProcessIdentity) -> None:
         async with self._lock:

@@ -14,7 +14,7 @@ from urllib.parse import urlsplit, urlunsplit
 import anyio
 import asyncpg
 
-from ..errors import DatabaseError, DatabaseUnavailable, SchemaMismatch
+from ..errors import DatabaseBusy, DatabaseError, DatabaseUnavailable, SchemaMismatch
 
 T = TypeVar("T")
 CHANNEL = "outbox_mailer"
@@ -36,6 +36,8 @@ def translate_errors() -> Any:
         yield
     except asyncpg.exceptions.UndefinedTableError as exc:
         raise SchemaMismatch(f"{exc}; run `outbox-mailer migrate`") from exc
+    except (asyncpg.exceptions.LockNotAvailableError, asyncpg.exceptions.QueryCanceledError) as exc:
+        raise DatabaseBusy(f"database busy: {exc}") from exc
     except _UNAVAILABLE as exc:
         raise DatabaseUnavailable(f"database unavailable: {exc or type(exc).__name__}") from exc
     except asyncpg.PostgresError as exc:

@@ -61,6 +61,7 @@ async def test_the_daemon_sessions_carry_the_server_side_limits(db_url: str) -> 
         for conn in (claim._conn, listener._conn):
             row = await conn.fetchrow(show)
             assert (row["st"], row["lt"], row["it"], row["idle"], row["ka"]) == ("30s", "10s", "1min", "1min", "15")
+        await store.fetch("SELECT 1")  # a release runs RESET ALL: the limits must come back at each acquire
         pooled = (await store.fetch(show))[0]
         assert (pooled["st"], pooled["idle"]) == ("30s", "0")  # a pool nobody pings is never ended for idling
         assert (await plain.fetch(show))[0]["st"] == "0"  # migrate's statements may take long
