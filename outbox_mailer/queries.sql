@@ -228,7 +228,9 @@ WITH stale AS (
     WHERE d.id = ANY (ARRAY(SELECT q.delivery_id FROM email_queue q WHERE q.claimed_at IS NOT NULL))
       AND d.status = 'sending'
       AND (d.claimed_at < now() - make_interval(secs => $1)
-           OR (d.claimed_by = ANY ($9::text[]) AND (d.claimed_by <> $10 OR d.claimed_at < $11)))
+           OR (d.claimed_by = ANY ($9::text[]) AND (d.claimed_by <> $10 OR d.claimed_at < $11)
+               -- a batch request may still be open at the provider: it waits the delay, as its key's answer would
+               AND NOT EXISTS (SELECT 1 FROM email_queue b WHERE b.delivery_id = d.id AND b.batch_id IS NOT NULL)))
       AND d.id <> ALL ($3::bigint[])
     ORDER BY d.claimed_at
     LIMIT $2
