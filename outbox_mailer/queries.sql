@@ -467,6 +467,14 @@ SELECT set_config('outbox_mailer.keeps_queue', 'on', false), set_config('plan_ca
        set_config('enable_nestloop', 'off', false), set_config('enable_mergejoin', 'off', false),
        set_config('jit', 'off', false);
 
+-- name: mark_probe_session
+-- The pooler check (store/pooler.py), first on each probing connection: its server process, and a mark ($1, a token of that connection's own) set for the rest of the server session, not only the transaction.
+SELECT pg_backend_pid() AS pid, set_config('outbox_mailer.session_probe', $1, false) AS mark;
+
+-- name: probe_session
+-- The pooler check, then, each statement a transaction of its own: the server process it runs in and the mark that server session carries (null or empty: none).
+SELECT pg_backend_pid() AS pid, current_setting('outbox_mailer.session_probe', true) AS mark;
+
 -- name: ensure_migrations_table
 -- The migration runner's own bookkeeping.
 CREATE TABLE IF NOT EXISTS outbox_mailer_migrations (

@@ -10,8 +10,11 @@
 * both pinged while idle (:meth:`DaemonSessions.keep_alive`), so that one
   which went silent, its TCP connection open but nothing answering, is
   noticed within a bounded time and replaced (docs/production-postgres.md).
-  The silent session's server side lives on until the server's
-  idle_session_timeout ends it, holding its advisory locks, so the keys a
+  Each session has a heartbeat task of its own: reopening a lost LISTEN
+  session may take a connect timeout per silent host, and meanwhile the
+  claim session must still be pinged before the server's
+  idle_session_timeout ends it. The silent session's server side lives on
+  until that timeout ends it, holding its advisory locks, so the keys a
   reconnect could not take again are tried at every ping until they are.
 """
 
@@ -98,19 +101,34 @@ class DaemonSessions:
         log.info("re-took %d of %d in-flight advisory locks", len(keys) - len(taken), len(keys))
 
     async def keep_alive(self) -> None:
-        """Runs until cancelled: every heartbeat, ping the idle sessions (a failed ping drops the
-        session; the next use reconnects), reopen a lost LISTEN session, and try again the locks a
-        reconnect could not take."""
+        """Runs until cancelled: a heartbeat task per session, each every ``SessionLimits.heartbeat``
+        (a third of DATABASE_TIMEOUT_SECONDS), so that neither session's reopening delays the other's
+        ping past the server's idle_session_timeout."""
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._keep_claim_session_alive)
+            tg.start_soon(self._keep_listening)
+
+    async def _keep_claim_session_alive(self) -> None:
+        """Ping the claim session while idle (a failed ping drops it; the next use reconnects) and try
+        again the locks a reconnect could not take."""
         beat = self._limits.heartbeat
         while not self._stopping.is_set():
             await anyio.sleep(beat)
-            claim, listener = self._claim, self._listener
+            claim = self._claim
+            if claim is None or claim.is_closed():
+                continue
             try:
-                if claim is not None and not claim.is_closed():
-                    await settled(claim.ping(beat))
-                    await settled(claim.relock_again())
+                await settled(claim.ping(beat))
+                await settled(claim.relock_again())
             except DatabaseError as exc:
                 await self.failed(exc, claim)
+
+    async def _keep_listening(self) -> None:
+        """Ping the LISTEN session (a failed ping drops it) and reopen it when it is lost."""
+        beat = self._limits.heartbeat
+        while not self._stopping.is_set():
+            await anyio.sleep(beat)
+            listener = self._listener
             if listener is not None and not listener.is_closed():
                 try:
                     await settled(listener.ping(beat))

@@ -3,6 +3,8 @@
     with running_pgbouncer(pg_url, "transaction", pool_size=1) as url:
         ...  # url: postgresql://postgres@127.0.0.1:PORT/<the same database>
 
+``settings`` adds lines to its ``[pgbouncer]`` section (``{"server_round_robin": "1"}``).
+
 It listens on 127.0.0.1 only (no Unix socket), accepts any user name without a password
 (auth_type = any) and logs in to PostgreSQL as its user. As root it runs as the user that owns
 the tests' PostgreSQL (PgBouncer refuses to run as root).
@@ -17,7 +19,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -33,13 +35,15 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def running_pgbouncer(pg_url: str, mode: str, *, pool_size: int = 2) -> Iterator[str]:
+def running_pgbouncer(pg_url: str, mode: str, *, pool_size: int = 2,
+                      settings: Mapping[str, str] | None = None) -> Iterator[str]:
     if not os.path.exists(BINARY):
         raise RuntimeError("pgbouncer is not installed (apt-get install pgbouncer; .ci/run does)")
     target = urlsplit(pg_url)
     port = _free_port()
     directory = Path(tempfile.mkdtemp(prefix="outbox-pgbouncer-", dir="/tmp"))
     owner = _run_as_user()
+    more = "".join(f"{name} = {value}\n" for name, value in (settings or {}).items())
     (directory / "pgbouncer.ini").write_text(f"""[databases]
 * = host={target.hostname} port={target.port} user={target.username}
 
@@ -55,7 +59,7 @@ server_reset_query = DISCARD ALL
 ignore_startup_parameters = extra_float_digits
 logfile = {directory}/pgbouncer.log
 pidfile = {directory}/pgbouncer.pid
-""")
+{more}""")
     prefix: list[str] = []
     if owner is not None:
         os.chown(directory, owner.pw_uid, owner.pw_gid)

@@ -7,6 +7,8 @@ are answered, so only timeouts above TCP can notice.
         url = f"postgresql://.../db?port={proxy.port}"
         ...
         proxy.stall()        # every connection open now goes silent; new ones forward normally
+        proxy.stall(newest=1)  # only the forwarded connection accepted last
+        proxy.hold_new()     # from now on, connections are accepted and never forwarded (a host gone silent)
 """
 
 from __future__ import annotations
@@ -39,14 +41,21 @@ class StallingProxy:
         self._serving: Future[None] | None = None
         self.port = 0
         self.accepted = 0  # connections accepted so far
+        self._holding = False
 
-    def stall(self) -> int:
-        """Silence every connection open now; returns how many."""
+    def stall(self, *, newest: int | None = None) -> int:
+        """Silence every connection open now, or only those among the ``newest`` forwarded ones (in the
+        order accepted); returns how many."""
         assert self._portal is not None
-        return self._portal.call(self._stall)
+        return self._portal.call(self._stall, newest)
 
-    async def _stall(self) -> int:
-        live = [p for p in self._pairs if not p.stalled.is_set()]
+    def hold_new(self) -> None:
+        """From now on, accept connections but forward nothing on them: they stay open and silent."""
+        self._holding = True
+
+    async def _stall(self, newest: int | None) -> int:
+        pairs = self._pairs if newest is None else self._pairs[len(self._pairs) - newest:]
+        live = [p for p in pairs if not p.stalled.is_set()]
         for pair in live:
             pair.stalled.set()
         return len(live)
@@ -66,6 +75,9 @@ class StallingProxy:
 
     async def _serve(self, client: SocketStream) -> None:
         self.accepted += 1
+        if self._holding:
+            async with client:
+                await anyio.sleep_forever()
         pair = _Pair()
         self._pairs.append(pair)
         try:

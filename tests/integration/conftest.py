@@ -1,16 +1,21 @@
-"""Fixtures for running the daemon in-process against the test PostgreSQL and SMTP server."""
+"""Fixtures for running the daemon in-process against the test PostgreSQL and SMTP server, with or
+without its metrics endpoint."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
 import pytest
+from anyio.abc import TaskStatus
 
 from outbox_mailer.config import Settings
 from outbox_mailer.daemon import Daemon
 from outbox_mailer.delivery import Transport
+from outbox_mailer.metrics import Metrics
 from outbox_mailer.store import Store
 from outbox_mailer.transports.smtp import SmtpTransport
 from tests.smtp_server import (
@@ -94,3 +99,35 @@ async def running(start: Any) -> AsyncIterator[Callable[..., Any]]:
         await transport.aclose()
 
 
+@dataclass(frozen=True, slots=True)
+class MeteredDaemon:
+    """A daemon started by :func:`metered_daemon`, with its metrics and where they are served."""
+
+    daemon: Daemon
+    metrics: Metrics
+    base: str  # the metrics endpoint: http://host:port
+
+
+@contextlib.asynccontextmanager
+async def metered_daemon(settings: Settings) -> AsyncIterator[MeteredDaemon]:
+    """A daemon sending through SMTP, its metrics served on ``settings.metrics_address`` (stats every
+    0.2 s, snapshots every 0.05 s), from the moment the endpoint listens; on exit the daemon is stopped
+    and awaited, then its transport closed."""
+    transport = SmtpTransport(settings.smtp)
+    try:
+        metrics = Metrics(settings, stats_interval_seconds=0.2, snapshot_interval_seconds=0.05)
+        daemon = Daemon(settings, {"smtp": transport}, observer=metrics)
+
+        async def run(*, task_status: TaskStatus[tuple[str, int]]) -> None:
+            async with metrics.serve(daemon) as address:
+                task_status.started(address)
+                await daemon.run()
+
+        async with anyio.create_task_group() as tg:
+            host, port = await tg.start(run)
+            try:
+                yield MeteredDaemon(daemon, metrics, f"http://{host}:{port}")
+            finally:
+                daemon.stop()
+    finally:
+        await transport.aclose()

@@ -28,17 +28,13 @@ from typing import Any
 import anyio
 import httpx
 import pytest
-from anyio.abc import TaskStatus
 from prometheus_client.parser import text_string_to_metric_families
 
 from outbox_mailer.config import Settings
-from outbox_mailer.daemon import Daemon
 from outbox_mailer.http_server import serve_http
-from outbox_mailer.metrics import Metrics
 from outbox_mailer.store import EventStore
-from outbox_mailer.transports.smtp import SmtpTransport
 from outbox_mailer.webhook_server import Receiver, build_app
-from tests.integration.conftest import insert, settings_for
+from tests.integration.conftest import insert, metered_daemon, settings_for
 from tests.smtp_server import SmtpTestServer, free_port
 from tests.sql_store import SqlStore
 
@@ -384,34 +380,17 @@ async def _daemon_page(db_url: str, store: SqlStore, smtp_server: SmtpTestServer
                         "VALUES ('gone@example.com', 'manual', 'operator')")
     await insert(store, "alerts-sent")
     await insert(store, "alerts-suppressed", to_addresses=["gone@example.com"])
-    transport = SmtpTransport(settings.smtp)
-    metrics = Metrics(settings, stats_interval_seconds=0.2, snapshot_interval_seconds=0.05)
-    daemon = Daemon(settings, {"smtp": transport}, observer=metrics)
-
-    async def run(*, task_status: TaskStatus[tuple[str, int]]) -> None:
-        async with metrics.serve(daemon) as address:
-            task_status.started(address)
-            await daemon.run()
-
-    try:
-        async with anyio.create_task_group() as tg:
-            host, port = await tg.start(run)
-            try:
-                async with httpx.AsyncClient(timeout=5) as client:
-                    with anyio.fail_after(20):
-                        while True:  # every scrape-time family present, both rows counted
-                            page = (await client.get(f"http://{host}:{port}/metrics")).text
-                            if all(n in page for n in ('outbox_mailer_transport_rate_per_second{',
-                                                       'outbox_mailer_transport_daily_used{',
-                                                       'outbox_mailer_emails_suppressed_total{',
-                                                       'outbox_mailer_emails_sent_total{transport="smtp"} 1.0',
-                                                       'outbox_mailer_rows{status="in_doubt"}')):
-                                return page
-                            await anyio.sleep(0.1)
-            finally:
-                daemon.stop()
-    finally:
-        await transport.aclose()
+    async with metered_daemon(settings) as started, httpx.AsyncClient(timeout=5) as client:
+        with anyio.fail_after(20):
+            while True:  # every scrape-time family present, both rows counted
+                page = (await client.get(f"{started.base}/metrics")).text
+                if all(n in page for n in ('outbox_mailer_transport_rate_per_second{',
+                                           'outbox_mailer_transport_daily_used{',
+                                           'outbox_mailer_emails_suppressed_total{',
+                                           'outbox_mailer_emails_sent_total{transport="smtp"} 1.0',
+                                           'outbox_mailer_rows{status="in_doubt"}')):
+                    return page
+                await anyio.sleep(0.1)
 
 
 async def _receiver_page(db_url: str) -> str:

@@ -2,11 +2,14 @@
 that lost its state). The daemon reaches PostgreSQL through tests/stalling_proxy.py; stalling
 it silences every connection open at that moment while new ones pass. The daemon must notice
 within a bounded time, reconnect, and send nothing twice; the silent sessions' server sides
-must end by themselves and free their advisory locks.
+must end by themselves and free their advisory locks. The start-up pooler check gives up on a
+silent connection within its timeout, and a slow reopening of the LISTEN session does not hold
+up the claim session's heartbeat.
 """
 
 from __future__ import annotations
 
+import itertools
 import time
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -14,7 +17,9 @@ from urllib.parse import urlsplit, urlunsplit
 import anyio
 import pytest
 
-from outbox_mailer.store import ClaimSession, Listener, SessionLimits, Store
+from outbox_mailer.errors import DatabaseUnavailable
+from outbox_mailer.sessions import DaemonSessions
+from outbox_mailer.store import ClaimSession, Listener, SessionLimits, Store, pooler
 from tests.smtp_server import SmtpTestServer
 from tests.sql_store import SqlStore
 from tests.stalling_proxy import StallingProxy
@@ -24,11 +29,12 @@ pytestmark = pytest.mark.anyio
 TIMEOUT = 2.0  # DATABASE_TIMEOUT_SECONDS in these tests: pings every 0.67 s, the server ends silent sessions after 4 s
 
 
-def through(url: str, port: int) -> str:
+def through(url: str, *ports: int) -> str:
+    """The URL with its host replaced by loopback ports, tried in order (connect_each_host)."""
     parts = urlsplit(url)
     userinfo, _, _ = parts.netloc.rpartition("@")
-    netloc = f"{userinfo}@127.0.0.1:{port}" if userinfo else f"127.0.0.1:{port}"
-    return urlunsplit(parts._replace(netloc=netloc))
+    hosts = ",".join(f"127.0.0.1:{port}" for port in ports)
+    return urlunsplit(parts._replace(netloc=f"{userinfo}@{hosts}" if userinfo else hosts))
 
 
 async def daemon_backends(store: Store) -> set[int]:
@@ -85,6 +91,70 @@ async def test_a_statement_stuck_on_a_silent_connection_fails_as_unavailable(db_
             await session.close()
     assert type(caught.value).__name__ == "DatabaseUnavailable", caught.value
     assert TIMEOUT <= took < SessionLimits(TIMEOUT).command_timeout + 2, took
+
+
+async def test_the_pooler_check_on_a_silent_connection_fails_as_unavailable_within_its_timeout(
+        db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    with StallingProxy("127.0.0.1", urlsplit(db_url).port or 5432) as proxy:
+        connect = pooler.connect_each_host
+
+        async def connect_then_go_silent(*args: Any, **kwargs: Any) -> Any:
+            conn = await connect(*args, **kwargs)
+            proxy.stall()
+            return conn
+
+        monkeypatch.setattr(pooler, "connect_each_host", connect_then_go_silent)
+        started = time.monotonic()
+        with anyio.fail_after(10), pytest.raises(DatabaseUnavailable, match="no answer within 1 s"):
+            await pooler.session_pooling_problem(through(db_url, proxy.port), timeout=1)
+        took = time.monotonic() - started
+    assert 1 <= took < 3, took
+
+
+async def test_a_slow_listen_reconnect_does_not_delay_the_claim_sessions_pings(
+        db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The LISTEN session goes silent, and its reconnect finds the first host silent too: a whole
+    connect timeout (10 s) there, far past the server's idle_session_timeout (2 x TIMEOUT). The claim
+    session's heartbeat goes on every TIMEOUT/3 meanwhile, so the server keeps it and nothing reconnects it."""
+    limits = SessionLimits(TIMEOUT)
+    pings: list[float] = []
+    ping = ClaimSession.ping
+
+    async def timed_ping(self: ClaimSession, timeout: float) -> None:
+        pings.append(time.monotonic())
+        await ping(self, timeout)
+
+    monkeypatch.setattr(ClaimSession, "ping", timed_ping)
+    relistening = anyio.Event()  # a lost LISTEN session reopened calls on_notify (nothing else notifies here)
+    pg_port = urlsplit(db_url).port or 5432
+    with StallingProxy("127.0.0.1", pg_port) as proxy:
+        sessions = DaemonSessions(through(db_url, proxy.port, pg_port), on_notify=relistening.set,
+                                  held_keys=lambda: (), stopping=anyio.Event(), limits=limits)
+        try:
+            claim = await sessions.claim_session()
+            await sessions.ensure_listening()
+            assert proxy.accepted == 2  # both through the proxy, the first host, while it forwards
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(sessions.keep_alive)
+                await anyio.sleep(2 * limits.heartbeat)
+                proxy.hold_new()  # the first host stops answering new connections
+                assert proxy.stall(newest=1) == 1  # and the LISTEN session's (the claim session's goes on)
+                stalled = time.monotonic()
+                with anyio.fail_after(30):
+                    await relistening.wait()
+                relistened = time.monotonic()
+                tg.cancel_scope.cancel()
+            assert await sessions.claim_session() is claim and await claim.count_pending() == 0
+        finally:
+            await sessions.close()
+    during = [t for t in pings if stalled <= t <= relistened]
+    gaps = [b - a for a, b in itertools.pairwise(pings) if b >= stalled and a <= relistened]
+    print(f"LISTEN session reopened after {relistened - stalled:.2f} s; meanwhile {len(during)} claim session "
+          f"pings, at most {max(gaps):.2f} s apart")
+    assert relistened - stalled > 2 * TIMEOUT
+    assert len(during) >= (relistened - stalled) / limits.heartbeat - 3, (len(during), relistened - stalled)
+    assert max(gaps) < TIMEOUT, gaps
+    assert sessions.reconnects == 0
 
 
 async def test_a_silent_connection_is_replaced_and_nothing_is_sent_twice(

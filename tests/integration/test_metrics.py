@@ -3,6 +3,7 @@ against the test PostgreSQL and the aiosmtpd test server."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -13,7 +14,6 @@ from typing import Any
 import anyio
 import httpx
 import pytest
-from anyio.abc import TaskStatus
 from prometheus_client.parser import text_string_to_metric_families
 
 from outbox_mailer.config import Settings, load_settings
@@ -22,7 +22,7 @@ from outbox_mailer.errors import ConfigurationError
 from outbox_mailer.metrics import Metrics
 from outbox_mailer.store import Store
 from outbox_mailer.transports.smtp import SmtpTransport
-from tests.integration.conftest import Running, insert, settings_for
+from tests.integration.conftest import Running, insert, metered_daemon, settings_for
 from tests.smtp_server import SmtpTestServer, free_port, running_smtp_server
 
 pytestmark = pytest.mark.anyio
@@ -57,30 +57,14 @@ def value(samples: dict[Any, float], name: str, **labels: str) -> float | None:
 @pytest.fixture
 async def metered(db_url: str, store: Store, smtp_server: SmtpTestServer) -> AsyncIterator[Any]:
     """metered(**settings): a daemon with metrics served on a free loopback port, stopped at the end."""
-    stack: list[tuple[Daemon, Any, SmtpTransport]] = []
+    async with contextlib.AsyncExitStack() as started:
 
-    async def factory(**overrides: Any) -> Metered:
-        settings = settings_for(db_url, smtp_server, metrics_address=f"127.0.0.1:{free_port()}", **overrides)
-        transport = SmtpTransport(settings.smtp)
-        metrics = Metrics(settings, stats_interval_seconds=0.2, snapshot_interval_seconds=0.05)
-        daemon = Daemon(settings, {"smtp": transport}, observer=metrics)
+        async def factory(**overrides: Any) -> Metered:
+            settings = settings_for(db_url, smtp_server, metrics_address=f"127.0.0.1:{free_port()}", **overrides)
+            running = await started.enter_async_context(metered_daemon(settings))
+            return Metered(running.daemon, store, running.metrics, running.base)
 
-        async def run(*, task_status: TaskStatus[tuple[str, int]]) -> None:
-            async with metrics.serve(daemon) as address:
-                task_status.started(address)
-                await daemon.run()
-
-        tg = anyio.create_task_group()
-        await tg.__aenter__()
-        stack.append((daemon, tg, transport))
-        host, port = await tg.start(run)
-        return Metered(daemon, store, metrics, f"http://{host}:{port}")
-
-    yield factory
-    for daemon, tg, transport in reversed(stack):
-        daemon.stop()
-        await tg.__aexit__(None, None, None)
-        await transport.aclose()
+        yield factory
 
 
 async def test_outcomes_rows_and_batches_are_counted(
