@@ -28,6 +28,8 @@ _UNAVAILABLE = (
     asyncpg.exceptions.InterfaceError,
     TimeoutError,
 )
+# what an exception without a message (asyncpg's timeouts) means, for the operator
+_DESCRIPTIONS = {TimeoutError: "no answer in time (TimeoutError)"}
 
 
 @contextlib.contextmanager
@@ -39,7 +41,7 @@ def translate_errors() -> Any:
     except (asyncpg.exceptions.LockNotAvailableError, asyncpg.exceptions.QueryCanceledError) as exc:
         raise DatabaseBusy(f"database busy: {exc}") from exc
     except _UNAVAILABLE as exc:
-        raise DatabaseUnavailable(f"database unavailable: {exc or type(exc).__name__}") from exc
+        raise DatabaseUnavailable(f"database unavailable: {str(exc) or _DESCRIPTIONS.get(type(exc), type(exc).__name__)}") from exc
     except asyncpg.PostgresError as exc:
         raise DatabaseError(f"database error: {exc}") from exc
 
