@@ -15,8 +15,16 @@ Rules, and why:
   case (an ASCII dot-atom local part) takes a fast path that validates each
   distinct domain once and the local part with a regular expression; its
   results are identical to the full check's (see :func:`_validate_fast`).
-* The envelope is ASCII: IDN domains become punycode; a non-ASCII local
-  part is refused because SMTPUTF8 is not supported yet.
+* Domains become punycode (IDN).  A non-ASCII local part (RFC 6531/6532)
+  is kept as UTF-8: the address then needs a server offering SMTPUTF8
+  (the SMTP transport checks) and is written raw into UTF-8 headers.
+* Special-use and reserved domains (RFC 6761: ``.test``, ``.local``,
+  ``.localhost``, ``.home.arpa`` and the rest of ``.arpa``, ``.onion``) and the
+  private top-level names of intranets (``.internal``, ``.lan``, ``.home``,
+  ``.corp``, ``.localdomain``) are refused unless :func:`allow_special_use_domains` was given True (the
+  setting ``OUTBOX_MAILER_ALLOW_SPECIAL_USE_DOMAINS``, applied process-wide
+  when the settings are loaded), which also lets dotless host names through;
+  ``.invalid`` is refused always, since it can never be delivered.
 * An unquoted display name may not hold ``< > @ , ; : " \\`` (it would be
   ambiguous); quote it to use them.  The name is kept as text and re-rendered,
   never copied into a header verbatim.
@@ -38,6 +46,7 @@ import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+import email_validator
 from email_validator import EmailNotValidError, validate_email
 from email_validator.rfc_constants import (
     CASE_INSENSITIVE_MAILBOX_NAMES,
@@ -74,6 +83,38 @@ _PHRASE_WORD_BYTES = 45
 _MAX_QUOTED_NAME = 60
 
 
+# Domains refused by default: email_validator's list of special-use names (RFC 6761 and the
+# like: arpa, invalid, local, localhost, onion, test) and the top-level names intranets use that
+# are never delegated in the public DNS (ICANN reserved "internal" for private use in 2024; the
+# others are its never-delegated name-collision strings and common defaults).  The library
+# documents editing its list in place; this module owns it.  ``invalid`` stays refused always.
+_PRIVATE_TOP_LEVEL_NAMES = ("internal", "lan", "home", "corp", "localdomain")
+_REFUSED_BY_DEFAULT = (*email_validator.SPECIAL_USE_DOMAIN_NAMES, *_PRIVATE_TOP_LEVEL_NAMES)
+_ALWAYS_REFUSED_NAMES = ("invalid",)
+email_validator.SPECIAL_USE_DOMAIN_NAMES[:] = _REFUSED_BY_DEFAULT
+_globally_deliverable = True  # False while special-use domains are allowed: dotless host names pass too
+
+
+def allow_special_use_domains(allowed: bool) -> None:
+    """Let special-use and internal domains through (``allowed``) or refuse them (the default).
+
+    Process-wide: the settings apply it when they are loaded, before any address is parsed
+    (the sender's and the redirect address's checks included); remembered results are forgotten.
+    """
+    global _globally_deliverable
+    names = _ALWAYS_REFUSED_NAMES if allowed else _REFUSED_BY_DEFAULT
+    if tuple(email_validator.SPECIAL_USE_DOMAIN_NAMES) == names and _globally_deliverable is not allowed:
+        return
+    email_validator.SPECIAL_USE_DOMAIN_NAMES[:] = names
+    _globally_deliverable = not allowed
+    _parsed.cache_clear()
+    _checked_domain.cache_clear()
+
+
+def special_use_domains_allowed() -> bool:
+    return not _globally_deliverable
+
+
 def find_control_character(text: str) -> str | None:
     """Return the first character of ``text`` that may not reach a header, or None."""
     match = _FORBIDDEN.search(text)
@@ -86,10 +127,11 @@ class ParsedAddress:
     (and remembered with it: the configured sender's are rendered once per process)."""
 
     display_name: str  # may be empty; free text, not yet encoded
-    local_part: str  # ASCII
+    local_part: str  # ASCII, or UTF-8 (NFC) for an internationalised address (needs SMTPUTF8)
     domain: str  # as written (Unicode for IDN), lower-cased by the validator
     ascii_domain: str  # punycode form
-    # ``local@ascii-domain``: the form for the envelope and the headers
+    # ``local@ascii-domain``: the form for the envelope and the headers (non-ASCII only when
+    # the local part is)
     addr_spec: str = field(init=False, repr=False, compare=False)
     # ``Name <addr>`` (name quoted when it has specials) or the bare address; Unicode kept as is
     display: str = field(init=False, repr=False, compare=False)
@@ -214,14 +256,9 @@ def _unquote(inner: str, field: str) -> str:
 
 def _validated(display_name: str, addr: str, raw: str, field: str) -> ParsedAddress:
     try:
-        local_part, domain, ascii_domain, ascii_local = _validate_email(addr)
+        local_part, domain, ascii_domain = _validate_email(addr)
     except EmailNotValidError as exc:
         raise CompositionError(field, f"invalid address {raw!r}: {exc}") from exc
-    if not ascii_local:
-        raise CompositionError(
-            field,
-            f"address {addr!r} has a non-ASCII local part; SMTPUTF8 is not supported",
-        )
     return ParsedAddress(
         display_name=display_name,
         local_part=local_part,
@@ -230,8 +267,8 @@ def _validated(display_name: str, addr: str, raw: str, field: str) -> ParsedAddr
     )
 
 
-def _validate_email(addr: str) -> tuple[str, str, str, bool]:
-    """(local part, domain, ASCII domain, local part is ASCII), or EmailNotValidError.
+def _validate_email(addr: str) -> tuple[str, str, str]:
+    """(local part, domain, ASCII domain), or EmailNotValidError.
 
     The fast path (~1 µs) answers for the common addresses, the full
     email_validator check (~20 µs, far more for IDN) for everything else,
@@ -241,14 +278,13 @@ def _validate_email(addr: str) -> tuple[str, str, str, bool]:
     return fast if fast is not None else _validate_full(addr)
 
 
-def _validate_full(addr: str) -> tuple[str, str, str, bool]:
+def _validate_full(addr: str) -> tuple[str, str, str]:
     """email_validator without DNS: the reference the fast path must agree with."""
-    result = validate_email(addr, check_deliverability=False)
-    ascii_local = result.ascii_local_part is not None and result.local_part.isascii()
-    return result.local_part, result.domain, result.ascii_domain, ascii_local
+    result = validate_email(addr, check_deliverability=False, globally_deliverable=_globally_deliverable)
+    return result.local_part, result.domain, result.ascii_domain
 
 
-def _validate_fast(addr: str) -> tuple[str, str, str, bool] | None:
+def _validate_fast(addr: str) -> tuple[str, str, str] | None:
     """What :func:`_validate_full` returns for ``addr``, or None when unsure (never an error).
 
     Why this is the same answer, for email_validator's default options without
@@ -280,7 +316,7 @@ def _validate_fast(addr: str) -> tuple[str, str, str, bool] | None:
     if len(local) + 1 + longest_domain > EMAIL_MAX_LENGTH:  # local is ASCII: characters are bytes
         return None
     lower = local.lower()
-    return (lower if lower in _ROLE_NAMES else local), unicode_domain, ascii_domain, True
+    return (lower if lower in _ROLE_NAMES else local), unicode_domain, ascii_domain
 
 
 @lru_cache(maxsize=_DOMAIN_CACHE)
@@ -291,7 +327,8 @@ def _checked_domain(domain: str) -> tuple[str, str, int] | None:
     (its length check included): the caller then falls back to the full check.
     """
     try:
-        result = validate_email("x@" + domain, check_deliverability=False)
+        result = validate_email("x@" + domain, check_deliverability=False,
+                                globally_deliverable=_globally_deliverable)
     except EmailNotValidError:
         return None
     # validate_email_length measures the domain as given, normalised and in ASCII, in UTF-8.

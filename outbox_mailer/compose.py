@@ -1,7 +1,8 @@
 """Turn a claimed row into the exact bytes to send (pure: no I/O, no clock).
 
 :func:`compose` validates every field of a :class:`~outbox_mailer.delivery.Delivery`
-and returns a :class:`~outbox_mailer.delivery.ComposedMessage`: ASCII envelope,
+and returns a :class:`~outbox_mailer.delivery.ComposedMessage`: the envelope (ASCII, or
+UTF-8 for an internationalised address),
 the ``Message-ID`` its first claim wrote (:mod:`outbox_mailer.message_ids`) and an RFC 5322 message with CRLF line endings.
 Anything that cannot become a safe message raises
 :class:`~outbox_mailer.errors.CompositionError` naming the field
@@ -12,13 +13,17 @@ How it is built:
 * The MIME body (text/plain, text/html, multipart/alternative, multipart/mixed
   with attachments) is assembled directly by :mod:`outbox_mailer.mime`
   (``EmailMessage`` costs about 1 ms a message): 7bit, quoted-printable or
-  base64, so the message is pure ASCII and needs no 8BITMIME.  Multipart
+  base64, so the body is pure ASCII and needs no 8BITMIME.  An HTML-only row
+  gets a text alternative (:mod:`outbox_mailer.text_alternative`) unless
+  ``text_alternative=False``.  Multipart
   boundaries are derived from the Message-ID and checked against every part,
   so the same row always gives the same bytes.
 * The top-level headers (Date, From, To, Cc, Reply-To, Subject, Message-ID and
   the row's own headers) are rendered here: values are checked for control
   characters first, then written as plain ASCII folded at spaces, or as
-  RFC 2047 encoded words when they are non-ASCII or contain ``=?``.  The
+  RFC 2047 encoded words when they are non-ASCII or contain ``=?``.  The one
+  exception is an address with a non-ASCII local part (RFC 6532): its
+  addr-spec is written as UTF-8, and the transport must offer SMTPUTF8.  The
   standard library's folder is not used for them because Python 3.11 before
   3.11.10 decodes encoded words found in the input and writes the decoded
   CR/LF back out (CVE-2024-6923), and it turns long URLs into encoded words.
@@ -43,7 +48,7 @@ import re
 from dataclasses import dataclass
 from datetime import datetime
 from email.message import MIMEPart
-from email.parser import BytesParser
+from email.parser import BytesParser, Parser
 from operator import attrgetter
 
 from outbox_mailer import mime
@@ -67,6 +72,7 @@ from outbox_mailer.header_fields import (
     unstructured,
 )
 from outbox_mailer.message_ids import is_message_id
+from outbox_mailer.text_alternative import text_from_html
 
 __all__ = ["check_composed", "compose"]
 
@@ -92,10 +98,12 @@ def compose(
     default_from: str | None,
     max_message_bytes: int,
     now: datetime,
+    text_alternative: bool = True,
     verify: bool = False,
 ) -> ComposedMessage:
     """Validate ``delivery`` and render it; raise CompositionError if it cannot be sent.
 
+    ``text_alternative``: an HTML-only row also gets a text/plain rendering of its HTML.
     ``verify=True`` also parses the result back (:func:`check_composed`): for debugging.
     """
     sender = _sender(delivery.from_address, default_from)
@@ -109,6 +117,9 @@ def compose(
     custom = checked_custom_headers(delivery.headers)
     text_body, html_body = delivery.text_body, delivery.html_body
     text_data, html_data = _checked_bodies(text_body, html_body)
+    if text_body is None and text_alternative:
+        text_body = text_from_html(html_body)  # type: ignore[arg-type]  # a str: checked just above
+        text_data = None if text_body is None else text_body.encode("utf-8")
     attachments = _checked_attachments(delivery.attachments, max_message_bytes)
 
     # From here on every part is checked: rendering calls no validation.
@@ -134,7 +145,7 @@ def compose(
         [(a.data, f"{a.maintype}/{a.subtype}", a.filename) for a in attachments],
         seed=message_id[1:33],
     )
-    data = "".join(headers).encode("ascii") + body
+    data = "".join(headers).encode("utf-8") + body  # ASCII unless an address is internationalised
     if len(data) > max_message_bytes:
         raise CompositionError(
             "message",
@@ -302,14 +313,17 @@ def check_composed(message: ComposedMessage) -> None:
     fields = message.fields
     assert fields is not None, "check_composed needs the fields set by compose()"
     data = message.data
-    parsed = BytesParser(policy=email.policy.default).parsebytes(data)
+    head, _, rest = data.partition(b"\r\n\r\n")
+    parsed = (BytesParser(policy=email.policy.default).parsebytes(data) if head.isascii()
+              else Parser(policy=email.policy.default).parsestr(data.decode("utf-8")))
     names = ["date", "from", "to"]
     names += ["cc"] * bool(fields.cc) + ["reply-to"] * (fields.reply_to is not None)
     names += ["subject", "message-id", *(name.lower() for name, _ in fields.headers), "mime-version"]
     tree = _expected_tree(fields)
     names += list(tree[1])
     if (
-        not data.isascii()
+        not rest.isascii()
+        or (not head.isascii() and not _has_utf8_address(message))
         or re.search(rb"\r(?!\n)|(?<!\r)\n", data)
         or max(map(len, data.split(b"\r\n"))) > 998
         or [name.lower() for name in parsed.keys()] != names
@@ -318,6 +332,13 @@ def check_composed(message: ComposedMessage) -> None:
         raise CompositionError(
             "message", "the rendered message does not parse back to the intended structure"
         )
+
+
+def _has_utf8_address(message: ComposedMessage) -> bool:
+    """Whether a header may hold UTF-8: only an internationalised addr-spec may (RFC 6532)."""
+    reply_to = message.fields.reply_to if message.fields is not None else None
+    addr_specs = (message.sender, *message.recipients, *([reply_to.rpartition("<")[2]] if reply_to else []))
+    return not all(a.isascii() for a in addr_specs)
 
 
 _TreeNode = tuple[str, tuple[str, ...], tuple["_TreeNode", ...]]

@@ -34,7 +34,7 @@ from pydantic_settings import (
     SettingsError,
 )
 
-from .addresses import parse_address
+from .addresses import allow_special_use_domains, parse_address
 from .config_checks import (
     check_database_url,
     check_fallbacks,
@@ -224,7 +224,10 @@ class Settings(BaseSettings):
     )
 
     database_url: SecretStr | None = None  # postgresql://user:pass@host/db (session-capable)
+    # before default_from and redirect_to: their checks use it (addresses.allow_special_use_domains)
+    allow_special_use_domains: bool = False  # .internal .local .lan .home.arpa .test ... domains (never .invalid)
     default_from: str | None = None  # sender when a row's from_address is null
+    text_alternative: bool = True  # an HTML-only row also gets a text/plain part made from its HTML
     smtp: SmtpSettings = SmtpSettings()  # the transport named "smtp"
     transports: dict[str, TransportSettings] = {}  # more named transports: TRANSPORTS__<NAME>__KIND=...
     default_transport: str = "smtp"  # for rows whose transport is null
@@ -260,8 +263,9 @@ class Settings(BaseSettings):
 
     @field_validator("default_from")
     @classmethod
-    def _default_from(cls, value: str | None) -> str | None:
+    def _default_from(cls, value: str | None, info: ValidationInfo) -> str | None:
         # the rule of a row's from_address, by the same function (compose.py's _sender)
+        _apply_address_policy(info)
         if value is not None:
             try:
                 parse_address(value, "default_from")
@@ -278,7 +282,8 @@ class Settings(BaseSettings):
 
     @field_validator("redirect_to")
     @classmethod
-    def _redirect_to(cls, value: str | None) -> str | None:
+    def _redirect_to(cls, value: str | None, info: ValidationInfo) -> str | None:
+        _apply_address_policy(info)
         return value if value is None else checked_redirect(value)
 
     @field_validator("metrics_address")
@@ -318,6 +323,7 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _cross_field(self) -> Settings:
+        allow_special_use_domains(self.allow_special_use_domains)  # also when no address setting is given
         longest = self.max_send_timeout_seconds
         if self.rescue_after_seconds is not None and self.rescue_after_seconds <= longest + 1:
             raise ValueError(
@@ -353,6 +359,11 @@ class Settings(BaseSettings):
         if self.database_url is not None:
             data["database_url"] = redacted_url(self.database_url.get_secret_value())
         return data
+
+
+def _apply_address_policy(info: ValidationInfo) -> None:
+    """Apply OUTBOX_MAILER_ALLOW_SPECIAL_USE_DOMAINS (validated already: it is declared first) process-wide."""
+    allow_special_use_domains(bool(info.data.get("allow_special_use_domains", False)))
 
 
 def _setting_name(loc: tuple[Any, ...]) -> str:

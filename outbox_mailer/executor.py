@@ -349,6 +349,7 @@ class Executor:
                 default_from=self.settings.default_from,
                 max_message_bytes=self.settings.max_message_bytes,
                 now=now,
+                text_alternative=self.settings.text_alternative,
             )
         except CompositionError as exc:
             return Outcome.unsendable(f"cannot compose: {exc}")

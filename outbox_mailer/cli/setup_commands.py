@@ -46,6 +46,10 @@ def cmd_check(args: argparse.Namespace, settings: Settings) -> int:
         report("configuration", True, settings.redacted())
         guard = StagingGuard.of(settings.allowed_recipients, settings.redirect_to)
         report("staging guard", True, guard.describe() if guard is not None else "off: every recipient gets mail")
+        report("addresses", True, "special-use and internal domains (.internal, .local, .test ...) "
+               + ("allowed, .invalid refused" if settings.allow_special_use_domains else
+                  "refused (OUTBOX_MAILER_ALLOW_SPECIAL_USE_DOMAINS=true allows them)")
+               + "; internationalised (non-ASCII) local parts need a server offering SMTPUTF8")
         code = EXIT_OK
         try:
             version = await with_store(settings, lambda s: s.schema_version())

@@ -61,6 +61,11 @@ def test_every_command_refuses_a_misspelt_setting_naming_the_one_it_meant(instal
     ("variable", "value"),
     [
         ("OUTBOX_MAILER_DEFAULT_FROM", "noreply at example"),
+        ("OUTBOX_MAILER_DEFAULT_FROM", "Shop <noreply@shop.example.test>"),  # special-use: every row would fail
+        ("OUTBOX_MAILER_DEFAULT_FROM", "noreply@host.invalid"),
+        ("OUTBOX_MAILER_REDIRECT_TO", "qa@printer.local"),
+        ("OUTBOX_MAILER_ALLOW_SPECIAL_USE_DOMAINS", "maybe"),
+        ("OUTBOX_MAILER_TEXT_ALTERNATIVE", "sometimes"),
         ("OUTBOX_MAILER_SMTP__HELO_NAME", "bad name"),
         ("OUTBOX_MAILER_DATABASE_URL", "not a url"),
         ("OUTBOX_MAILER_SMTP", "notjson"),
@@ -85,6 +90,21 @@ def test_check_refuses_settings_that_would_fail_at_run_time(installed: Installed
     assert_usage(out, variable)
     assert "[ok]" not in out.stdout
     assert len(out.stderr.strip().splitlines()) == 1
+
+
+def test_run_refuses_a_special_use_sender_before_touching_a_row(installed: Installed, env: dict[str, str],
+                                                                db_url: str) -> None:
+    assert installed.cli("migrate", env=env, timeout=60).returncode == 0
+    psql(db_url, "INSERT INTO email_deliveries (dedupe_key, to_addresses, subject, text_body) "
+                 "VALUES ('untouched', ARRAY['a@example.com'], 's', 'b')")
+    sender = "Shop <noreply@shop.example.test>"
+    out = installed.cli("run", env={**env, "OUTBOX_MAILER_DEFAULT_FROM": sender}, timeout=30)
+    assert_usage(out, "OUTBOX_MAILER_DEFAULT_FROM", "special-use or reserved name")
+    assert status_json(installed, env, "untouched")["untouched"]["status"] == "pending"
+    allowed = installed.cli("check", env={**env, "OUTBOX_MAILER_DEFAULT_FROM": sender,
+                                          "OUTBOX_MAILER_ALLOW_SPECIAL_USE_DOMAINS": "true"}, timeout=30)
+    assert "[ok] configuration" in allowed.stdout, allowed.stderr
+    assert "[ok] addresses: special-use and internal domains (.internal, .local, .test ...) allowed" in allowed.stdout
 
 
 def test_run_refuses_both_staging_guards_at_once(installed: Installed, env: dict[str, str]) -> None:

@@ -8,6 +8,7 @@ held over 10 s, and an unknown transport name.
 
 from __future__ import annotations
 
+import json
 import logging
 import socket
 import time
@@ -438,3 +439,17 @@ async def test_daemon_unknown_transport_fails_that_row_only(
     rows = await run.final("u-1", "u-2")
     assert rows["u-1"]["status"] == "failed" and "unknown transport 'nope'" in rows["u-1"]["last_error"]
     assert rows["u-2"]["status"] == "sent"
+
+
+# ---- internationalised addresses (RFC 6531): passed to the provider as UTF-8 JSON ----------------
+
+
+@pytest.mark.parametrize(("kind", "path"), [("resend", "/emails"), ("postmark", "/email"),
+                                            ("sendgrid", "/v3/mail/send"), ("http", None)])
+async def test_an_internationalised_address_reaches_the_provider_intact(
+        api: Any, provider_server: ProviderServer, kind: str, path: str | None) -> None:  # noqa: F811
+    delivery = make_delivery(f"eai-{kind}", from_address="Zoë <zoë@example.com>", to_addresses=("jörg@example.com",))
+    assert (await send(api(kind), delivery)).kind is OutcomeKind.SENT
+    [request] = provider_server.requests if path is None else provider_server.sends(path)
+    raw = json.dumps(request.json(), ensure_ascii=False)
+    assert "zoë@example.com" in raw and "jörg@example.com" in raw  # not punycoded, not encoded words

@@ -36,17 +36,17 @@ ATEXT = "abcxyzABCXYZ0189!#$%&'*+/=?^_`{|}~-"
 # -- the reference: email_validator as compose() called it before the fast path --
 
 
-def reference(addr: str) -> tuple[str, str, str, bool] | str:
+def reference(addr: str) -> tuple[str, str, str] | str:
     """The validated fields, or the refusal's message."""
     try:
-        result = validate_email(addr, check_deliverability=False)
+        result = validate_email(addr, check_deliverability=False,
+                                globally_deliverable=not addresses.special_use_domains_allowed())
     except EmailNotValidError as exc:
         return f"refused: {exc}"
-    ascii_local = result.ascii_local_part is not None and result.local_part.isascii()
-    return result.local_part, result.domain, result.ascii_domain, ascii_local
+    return result.local_part, result.domain, result.ascii_domain
 
 
-def combined(addr: str) -> tuple[str, str, str, bool] | str:
+def combined(addr: str) -> tuple[str, str, str] | str:
     """The module's check (fast path, else email_validator)."""
     try:
         return addresses._validate_email(addr)
@@ -59,9 +59,7 @@ def reference_parse(addr: str, field: str) -> ParsedAddress | tuple[str, str]:
     want = reference(addr)
     if isinstance(want, str):
         return field, f"{field}: invalid address {addr!r}: {want.removeprefix('refused: ')}"
-    local, domain, ascii_domain, ascii_local = want
-    if not ascii_local:
-        return field, f"{field}: address {addr!r} has a non-ASCII local part; SMTPUTF8 is not supported"
+    local, domain, ascii_domain = want
     return ParsedAddress("", local, domain, ascii_domain)
 
 
@@ -217,15 +215,15 @@ def test_fast_path_agrees_with_email_validator(kind: str) -> None:
 
 
 @pytest.mark.parametrize("addr, expected", [
-    ("alice@example.com", ("alice", "example.com", "example.com", True)),
-    ("Alice.Example+tag@Example.COM", ("Alice.Example+tag", "example.com", "example.com", True)),
-    ("PostMaster@example.org", ("postmaster", "example.org", "example.org", True)),
-    ("info@bücher.example.com", ("info", "bücher.example.com", "xn--bcher-kva.example.com", True)),
-    ("x@xn--bcher-kva.example.com", ("x", "bücher.example.com", "xn--bcher-kva.example.com", True)),
-    ("!#$%&'*+/=?^_`{|}~-@example.com", ("!#$%&'*+/=?^_`{|}~-", "example.com", "example.com", True)),
-    ("a" * 64 + "@example.com", ("a" * 64, "example.com", "example.com", True)),
+    ("alice@example.com", ("alice", "example.com", "example.com")),
+    ("Alice.Example+tag@Example.COM", ("Alice.Example+tag", "example.com", "example.com")),
+    ("PostMaster@example.org", ("postmaster", "example.org", "example.org")),
+    ("info@bücher.example.com", ("info", "bücher.example.com", "xn--bcher-kva.example.com")),
+    ("x@xn--bcher-kva.example.com", ("x", "bücher.example.com", "xn--bcher-kva.example.com")),
+    ("!#$%&'*+/=?^_`{|}~-@example.com", ("!#$%&'*+/=?^_`{|}~-", "example.com", "example.com")),
+    ("a" * 64 + "@example.com", ("a" * 64, "example.com", "example.com")),
 ])
-def test_common_addresses_take_the_fast_path(addr: str, expected: tuple[str, str, str, bool]) -> None:
+def test_common_addresses_take_the_fast_path(addr: str, expected: tuple[str, str, str]) -> None:
     assert addresses._validate_fast(addr) == expected == reference(addr)
 
 

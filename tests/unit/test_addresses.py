@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from outbox_mailer.addresses import (
     ParsedAddress,
     address_words,
+    allow_special_use_domains,
     encoded_words,
     find_control_character,
     parse_address,
@@ -36,6 +37,11 @@ from outbox_mailer.errors import CompositionError
     ("Dr. Who (Time Lord) <who@example.com>", "Dr. Who (Time Lord)", "who@example.com"),
     ("Alice.Example+tag@Example.COM", "", "Alice.Example+tag@example.com"),
     ("info@bücher.example.com", "", "info@xn--bcher-kva.example.com"),
+    # RFC 6531: the local part stays UTF-8 (NFC), the domain becomes punycode
+    ("jörg@example.com", "", "jörg@example.com"),
+    ("Zoë <zoë@bücher.example.com>", "Zoë", "zoë@xn--bcher-kva.example.com"),
+    ("東京@example.com", "", "東京@example.com"),
+    ("jo\u0308rg@example.com", "", "jörg@example.com"),
 ])
 def test_parse_address_accepts(raw: str, name: str, addr_spec: str) -> None:
     parsed = parse_address(raw, "to_addresses[0]")
@@ -63,7 +69,6 @@ def test_idn_domain_keeps_both_forms() -> None:
     "Eve <eve@example.com> <alice@example.com>",
     '"quoted"@example.com',
     "a@[192.0.2.1]",
-    "jörg@example.com",
     "",
     "<>",
     "a@example.com\r\nBcc: spy@example.org",
@@ -77,9 +82,10 @@ def test_parse_address_refuses(raw: str) -> None:
     assert info.value.field == "cc_addresses[2]"
 
 
-def test_non_ascii_local_part_error_says_why() -> None:
-    with pytest.raises(CompositionError, match="non-ASCII local part; SMTPUTF8 is not supported"):
-        parse_address("jörg@example.com", "from_address")
+def test_a_non_ascii_local_part_is_kept_as_utf8_for_smtputf8() -> None:
+    parsed = parse_address("Jörg <jörg@example.com>", "from_address")
+    assert (parsed.local_part, parsed.addr_spec) == ("jörg", "jörg@example.com")
+    assert parsed.header_words[-1] == "<jörg@example.com>"  # raw UTF-8 in the header (RFC 6532)
 
 
 def test_control_characters_are_refused_before_parsing() -> None:
@@ -186,3 +192,45 @@ def test_encoded_words_split_between_characters_as_late_as_possible(text: str, c
 def test_encoded_words_need_room_for_a_character() -> None:
     with pytest.raises(ValueError):
         encoded_words("🎉", 3)
+
+
+# -- special-use and internal domains (OUTBOX_MAILER_ALLOW_SPECIAL_USE_DOMAINS) ----------------
+
+INTRANET = ["a@mail.internal", "a@host.lan", "a@printer.local", "a@nas.home.arpa", "a@shop.example.test",
+            "a@dev.localhost", "a@intranet", "Shop <noreply@shop.example.test>"]
+
+
+@pytest.fixture
+def special_use_allowed():
+    allow_special_use_domains(True)
+    yield
+    allow_special_use_domains(False)
+
+
+@pytest.mark.parametrize("raw", [*INTRANET, "a@box.home", "a@db.corp", "a@h.localdomain"])
+def test_special_use_domains_are_refused_by_default(raw: str) -> None:
+    with pytest.raises(CompositionError) as info:
+        parse_address(raw, "to_addresses[0]")
+    assert info.value.field == "to_addresses[0]"
+
+
+@pytest.mark.parametrize("raw", INTRANET)
+def test_special_use_domains_pass_when_allowed(special_use_allowed: None, raw: str) -> None:
+    parsed = parse_address(raw, "to_addresses[0]")
+    assert parsed.addr_spec == raw.rpartition("<")[2].rstrip(">")
+
+
+@pytest.mark.parametrize("raw", ["a@example.invalid", "a@invalid", "Shop <a@x.y.invalid>"])
+def test_invalid_stays_refused_when_special_use_is_allowed(special_use_allowed: None, raw: str) -> None:
+    with pytest.raises(CompositionError, match="special-use or reserved"):
+        parse_address(raw, "from_address")
+
+
+def test_turning_the_setting_off_again_forgets_what_was_accepted() -> None:
+    allow_special_use_domains(True)
+    try:
+        assert parse_address("a@printer.local", "f").domain == "printer.local"  # now remembered
+    finally:
+        allow_special_use_domains(False)
+    with pytest.raises(CompositionError):
+        parse_address("a@printer.local", "f")

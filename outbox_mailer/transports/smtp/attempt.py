@@ -205,10 +205,11 @@ class Attempt:
         msg = self.message
         options: list[str] = []
         encoding = "ascii"
-        if not all(a.isascii() for a in (msg.sender, *msg.recipients)):
+        if not all(a.isascii() for a in (msg.sender, *msg.recipients)) or not _head_is_ascii(msg.data):
             if not smtp.supports_extension("smtputf8"):
                 return Outcome.permanent(
-                    "MAIL: the envelope has non-ASCII addresses and the server does not offer SMTPUTF8"
+                    "MAIL: the message has internationalised (non-ASCII) addresses and the server does not "
+                    "offer SMTPUTF8 (RFC 6531); nothing was sent"
                 )
             options.append("SMTPUTF8")
             encoding = "utf-8"
@@ -392,3 +393,9 @@ class Attempt:
             return outcome
         self.reusable = True
         return outcome
+
+
+def _head_is_ascii(data: bytes) -> bool:
+    """Whether the header section is ASCII (UTF-8 headers, RFC 6532, need SMTPUTF8 as much as the envelope)."""
+    end = data.find(b"\r\n\r\n")
+    return data[: end if end >= 0 else len(data)].isascii()
