@@ -42,6 +42,7 @@ from .config_checks import (
     parse_listen_address,
     source_error,
 )
+from .dkim_signing import DkimSettings
 from .errors import CompositionError, ConfigurationError
 from .event_settings import SuppressionSettings, WebhookSettings
 from .limit_settings import DAY, FINITE, HOUR, WEEK, LimitSettings
@@ -221,6 +222,7 @@ class Settings(BaseSettings):
         extra="ignore",
         case_sensitive=False,
         allow_inf_nan=False,
+        hide_input_in_errors=True,  # a ValidationError's text would repeat a secret (a DKIM key, a password)
     )
 
     database_url: SecretStr | None = None  # postgresql://user:pass@host/db (session-capable)
@@ -230,6 +232,7 @@ class Settings(BaseSettings):
     text_alternative: bool = True  # an HTML-only row also gets a text/plain part made from its HTML
     smtp: SmtpSettings = SmtpSettings()  # the transport named "smtp"
     transports: dict[str, TransportSettings] = {}  # more named transports: TRANSPORTS__<NAME>__KIND=...
+    dkim: DkimSettings = DkimSettings()  # DKIM signing of SMTP mail: DKIM__DOMAIN, __SELECTOR, __PRIVATE_KEY, all or none
     default_transport: str = "smtp"  # for rows whose transport is null
     retry: RetrySettings = RetrySettings()
     prune: PruneSettings = PruneSettings()
@@ -384,7 +387,7 @@ def load_settings(**overrides: Any) -> Settings:
     refuse_unknown_names(Settings, [SmtpTransportSettings, ApiTransportSettings], ENV_PREFIX, secrets_dir)
     try:
         settings = Settings(**kwargs)
-    except (UnicodeDecodeError, SettingsError) as exc:  # a value that could not even be read
+    except (UnicodeDecodeError, SettingsError, OSError) as exc:  # a value that could not even be read
         raise source_error(exc, secrets_dir) from None
     except ValidationError as exc:
         lines = []

@@ -1,8 +1,9 @@
 """Checks of single setting values, and the translation of errors raised while reading settings.
 
 Used by :mod:`outbox_mailer.config`: the EHLO name and database URL rules
-(see there), and :func:`source_error`, which turns what pydantic-settings
-raises before validation (a nested setting that is not JSON, a ``.env`` or
+(see there; :func:`is_host_name` is also the rule of DKIM's domain and selector,
+:mod:`outbox_mailer.dkim_signing`), and :func:`source_error`, which turns what
+pydantic-settings raises before validation (a nested setting that is not JSON, a ``.env`` or
 secret file that is not UTF-8) into one ConfigurationError naming the
 variable or the file.
 """
@@ -22,6 +23,11 @@ from .errors import ConfigurationError
 _LDH_LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?", re.ASCII)
 
 
+def is_host_name(value: str) -> bool:
+    """Whether ``value`` is a DNS host name: LDH labels of 1-63 characters, 253 in all, no trailing dot, ASCII."""
+    return 0 < len(value) <= 253 and all(_LDH_LABEL.fullmatch(label) for label in value.split("."))
+
+
 def check_helo_name(value: str) -> str:
     """``value`` when it is a host name or an address literal; ValueError otherwise."""
     if value.startswith("[") and value.endswith("]"):
@@ -34,7 +40,7 @@ def check_helo_name(value: str) -> str:
         except ValueError:
             raise ValueError(f"{value!r} is not an address literal like [192.0.2.1] or [IPv6:2001:db8::1]") from None
         return value
-    if not value or len(value) > 253 or not all(_LDH_LABEL.fullmatch(label) for label in value.split(".")):
+    if not is_host_name(value):
         raise ValueError(
             f"{value!r} is not a host name (letters, digits and '-' in dot-separated labels; punycode for "
             "non-ASCII names) or an address literal like [192.0.2.1]"
@@ -74,15 +80,29 @@ def undecodable_file(secrets_dir: str | None) -> str | None:
 _SOURCE_FIELD = re.compile(r'field "([^"]+)" from source "([^"]+)"')
 
 
+def credential_setting(path: str | None, secrets_dir: str | None) -> str | None:
+    """The setting a file of the secrets directory holds (``.../dkim__private_key``: OUTBOX_MAILER_DKIM__PRIVATE_KEY)."""
+    if path is None or not secrets_dir or Path(path).parent != Path(secrets_dir):
+        return None
+    return "OUTBOX_MAILER_" + Path(path).name.upper()
+
+
 def source_error(exc: Exception, secrets_dir: str | None) -> ConfigurationError:
-    """One clear line for a value pydantic-settings could not even read (bad JSON, undecodable file)."""
+    """One clear line for a value pydantic-settings could not even read (bad JSON, an undecodable or
+    unreadable file), naming the setting a credential file holds."""
+    if isinstance(exc, OSError):
+        path = None if exc.filename is None else str(exc.filename)
+        name = credential_setting(path, secrets_dir)
+        return ConfigurationError(f"invalid configuration: {name + ': ' if name else ''}cannot read "
+                                  f"{path or 'a settings file'}: {exc.strerror or exc}", setting=name or path)
     cause: BaseException | None = exc
     while cause is not None and not isinstance(cause, UnicodeDecodeError):
         cause = cause.__cause__ or cause.__context__
     if isinstance(cause, UnicodeDecodeError):
         culprit = undecodable_file(secrets_dir)
-        return ConfigurationError(f"{culprit or 'a settings file'} is not valid UTF-8 ({cause.reason} at byte "
-                                  f"{cause.start})", setting=culprit)
+        name = credential_setting(culprit, secrets_dir)
+        return ConfigurationError(f"{culprit or 'a settings file'}{f' ({name})' if name else ''} is not valid UTF-8 "
+                                  f"({cause.reason} at byte {cause.start})", setting=name or culprit)
     match = _SOURCE_FIELD.search(str(exc))
     if match is None:
         return ConfigurationError(f"invalid configuration: {exc}")

@@ -2,7 +2,9 @@
 
 The SMTP kind becomes an :class:`~.smtp.SmtpTransport`; every provider kind of
 :mod:`.registry` an :class:`~.api.http.HttpApiTransport` that sends through its
-provider module.
+provider module. With ``OUTBOX_MAILER_DKIM__*`` set, every SMTP transport signs with
+the one :class:`~outbox_mailer.dkim_signing.DkimSigner`; the provider APIs take
+fields, not a message, and sign with the account's own keys.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 from ..addresses import parse_address
 from ..config import Settings, SmtpTransportSettings
 from ..delivery import Transport
+from ..dkim_signing import DkimSigner
 from .api.http import HttpApiTransport
 from .smtp import SmtpTransport
 
@@ -24,10 +27,11 @@ def probe_sender(settings: Settings) -> str | None:
 def build_transports(settings: Settings) -> dict[str, Transport]:
     """Every configured transport by name: ``smtp`` and each ``OUTBOX_MAILER_TRANSPORTS__<NAME>``."""
     sender = probe_sender(settings)
-    transports: dict[str, Transport] = {"smtp": SmtpTransport(settings.smtp, probe_sender=sender)}
+    signer = DkimSigner.of(settings.dkim, max_message_bytes=settings.max_message_bytes)
+    transports: dict[str, Transport] = {"smtp": SmtpTransport(settings.smtp, probe_sender=sender, signer=signer)}
     for name, config in settings.transports.items():
         if isinstance(config, SmtpTransportSettings):
-            transports[name] = SmtpTransport(config, name=name, probe_sender=sender)
+            transports[name] = SmtpTransport(config, name=name, probe_sender=sender, signer=signer)
         else:
             transports[name] = HttpApiTransport(config, name=name)
     return transports

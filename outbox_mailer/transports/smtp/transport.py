@@ -30,6 +30,10 @@ happened, which is what decides the outcome:
 
 After a refusal (other than 421) RSET keeps the connection usable.
 
+With DKIM on (``signer``, :mod:`outbox_mailer.dkim_signing`) :meth:`send` signs the message once,
+before anything goes out; a message that cannot be signed, or is over the size limit once signed,
+is unsendable (nothing was sent).
+
 Failures while setting a session up (connect, greeting, EHLO, STARTTLS,
 AUTH) are the server's or the configuration's, not the message's: the
 outcome is ``Outcome.unreachable`` (not charged), and :meth:`check`
@@ -60,7 +64,8 @@ from aiosmtplib.email import parse_address
 
 from ...config import SmtpSettings
 from ...delivery import ComposedMessage, Delivery, Outcome, idempotency_key
-from ...errors import TransportUnavailable
+from ...dkim_signing import DkimSigner
+from ...errors import CompositionError, TransportUnavailable
 from ..seam import one_line
 from .attempt import LIBRARY_ERRORS, Attempt, Connection, SetupError, describe
 from .replies import account_refusal, classify_reply
@@ -117,10 +122,13 @@ class _Session:
 class SmtpTransport:
     """Sends through one SMTP server; at most ``settings.pool_size`` connections open."""
 
-    def __init__(self, settings: SmtpSettings, *, name: str = "smtp", probe_sender: str | None = None) -> None:
-        """``probe_sender``: MAIL FROM of :meth:`check`'s probe (None: ``postmaster@<helo name>``)."""
+    def __init__(self, settings: SmtpSettings, *, name: str = "smtp", probe_sender: str | None = None,
+                 signer: DkimSigner | None = None) -> None:
+        """``probe_sender``: MAIL FROM of :meth:`check`'s probe (None: ``postmaster@<helo name>``);
+        ``signer``: DKIM-signs each message (None: DKIM off)."""
         self.name = name
         self._probe_sender = probe_sender
+        self._signer = signer
         self.max_parallel = settings.pool_size
         self.send_timeout_seconds = settings.send_timeout_seconds
         self.idempotency_window_seconds = (
@@ -244,6 +252,11 @@ class SmtpTransport:
             return Outcome.permanent(problem)
         if self._closed:
             return Outcome.held_back(f"transport {self.name!r} is closed")
+        if self._signer is not None:  # once per send: every transaction below carries these bytes
+            try:
+                message = self._signer.sign_message(message)
+            except CompositionError as exc:
+                return Outcome.unsendable(f"cannot DKIM-sign: {exc}")
         header = self._settings.idempotency_header
         if header:
             key = idempotency_key(delivery, message)
