@@ -173,6 +173,7 @@ class Outcome:
     reply_code: int | None = None
     enhanced_code: str | None = None  # RFC 3463, e.g. "5.1.1"
     provider_message_id: str | None = None
+    reply: str | None = None  # the server's whole final reply, one line (SMTP: the answer to DATA)
     retry_after_seconds: float | None = None
     refused: tuple[RefusedRecipient, ...] = field(default=())
     pause_seconds: float | None = None  # PAUSED: how long nothing is claimed for the transport

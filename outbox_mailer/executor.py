@@ -406,5 +406,6 @@ class Executor:
             worker=worker or self.worker,
             refused=outcome.refused + self._dropped.pop(delivery.id, ()),
             message_id=message_id,
+            reply=outcome.reply,
         )
         return OutcomeWrite(delivery, transition, attempt)

@@ -186,13 +186,13 @@ WITH decided AS (
 ), attempt AS (
     INSERT INTO email_delivery_attempts
         (delivery_id, attempt, started_at, finished_at, outcome, reply_code, enhanced_code, error, transport, worker,
-         refused, message_id, provider_message_id)
+         refused, message_id, provider_message_id, reply)
     SELECT a.*
     FROM unnest($1::bigint[], $11::integer[], $12::timestamptz[], $13::timestamptz[], $14::text[],
                 $15::smallint[], $16::text[], $17::text[], $18::text[], $19::text[], $20::text[]::jsonb[],
-                $21::text[], $6::text[])
+                $21::text[], $6::text[], $22::text[])
          AS a(delivery_id, attempt, started_at, finished_at, outcome, reply_code, enhanced_code, error, transport,
-              worker, refused, message_id, provider_message_id)
+              worker, refused, message_id, provider_message_id, reply)
     WHERE a.delivery_id = ANY (ARRAY(SELECT e.id FROM email_deliveries e WHERE e.id = ANY ($1::bigint[])))
     ON CONFLICT (delivery_id, attempt, started_at) DO NOTHING
 )
@@ -307,7 +307,7 @@ WHERE dedupe_key = ANY($1::text[]);
 -- name: attempts_of
 -- Every attempt of one delivery, oldest first.
 SELECT attempt, started_at, finished_at, outcome, reply_code, enhanced_code, error, transport, worker,
-       refused::text AS refused, message_id, provider_message_id
+       refused::text AS refused, message_id, provider_message_id, reply
 FROM email_delivery_attempts
 WHERE delivery_id = $1
 ORDER BY attempt, id;

@@ -37,6 +37,7 @@ class AttemptRecord:
     worker: str
     refused: tuple[RefusedRecipient, ...] = ()  # every recipient not reached, kept whole (no clipping)
     message_id: str | None = None  # the Message-ID composed for it (None: nothing composed)
+    reply: str | None = None  # the server's whole final reply (provider_message_id is the id in it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +69,7 @@ class OutcomeWrite:
 
 
 def outcome_parameters(writes: Sequence[OutcomeWrite]) -> tuple[list[Any], ...]:
-    """The parameters of the record_outcomes query, $1 to $21, one array element per write."""
+    """The parameters of the record_outcomes query, $1 to $22, one array element per write."""
     t = [w.transition for w in writes]
     a = [w.attempt for w in writes]
     return (
@@ -93,6 +94,7 @@ def outcome_parameters(writes: Sequence[OutcomeWrite]) -> tuple[list[Any], ...]:
         [x.worker for x in a],
         [_refused_json(x.refused) for x in a],  # $20
         [x.message_id for x in a],  # $21: the attempt's Message-ID
+        [x.reply for x in a],  # $22
     )
 
 

@@ -122,6 +122,7 @@ async def test_250_with_queue_id(transport: SmtpTransport, smtp_server: SmtpTest
     outcome = await send(transport)
     assert_outcome(outcome, OutcomeKind.SENT, 250, "2.0.0")
     assert outcome.provider_message_id == "4XYZ12abc"
+    assert outcome.reply == "250 2.0.0 Ok: queued as 4XYZ12abc"  # the whole reply, for the attempt row
     assert len(smtp_server.accepted) == 1
 
 

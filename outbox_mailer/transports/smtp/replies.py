@@ -173,6 +173,7 @@ def accepted(code: int, text: str, refused: list[RefusedRecipient]) -> Outcome:
     """250 after the message body: sent (to the recipients that were not refused)."""
     return Outcome.sent(
         provider_message_id=queue_id(text),
+        reply=one_line(f"{code} {text}"),
         error=_refusals(refused, "some recipients refused: ") if refused else None,
         reply_code=code,
         enhanced_code=classify_reply(code, text)[1],
