@@ -7,6 +7,7 @@ role needs CREATEDB.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import uuid
@@ -66,13 +67,22 @@ def template_db(pg_server: str) -> str:
     return TEMPLATE
 
 
+@contextlib.contextmanager
+def cloned_database(pg_server: str, template_db: str) -> Iterator[str]:
+    """A freshly migrated, empty database (a clone of the template), dropped at exit."""
+    name = "t_" + uuid.uuid4().hex[:12]
+    psql(pg_server, f"CREATE DATABASE {name} TEMPLATE {template_db}")
+    try:
+        yield with_database(pg_server, name)
+    finally:
+        psql(pg_server, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
 @pytest.fixture
 def db_url(pg_server: str, template_db: str) -> Iterator[str]:
     """A freshly migrated, empty database for one test."""
-    name = "t_" + uuid.uuid4().hex[:12]
-    psql(pg_server, f"CREATE DATABASE {name} TEMPLATE {template_db}")
-    yield with_database(pg_server, name)
-    psql(pg_server, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    with cloned_database(pg_server, template_db) as url:
+        yield url
 
 
 @pytest.fixture
