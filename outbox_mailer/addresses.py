@@ -18,13 +18,16 @@ Rules, and why:
 * Domains become punycode (IDN).  A non-ASCII local part (RFC 6531/6532)
   is kept as UTF-8: the address then needs a server offering SMTPUTF8
   (the SMTP transport checks) and is written raw into UTF-8 headers.
-* Special-use and reserved domains (RFC 6761: ``.test``, ``.local``,
-  ``.localhost``, ``.home.arpa`` and the rest of ``.arpa``, ``.onion``) and the
-  private top-level names of intranets (``.internal``, ``.lan``, ``.home``,
-  ``.corp``, ``.localdomain``) are refused unless :func:`allow_special_use_domains` was given True (the
-  setting ``OUTBOX_MAILER_ALLOW_SPECIAL_USE_DOMAINS``, applied process-wide
-  when the settings are loaded), which also lets dotless host names through;
-  ``.invalid`` is refused always, since it can never be delivered.
+* Special-use and reserved domains (email-validator's list, from RFC 6761:
+  ``.test``, ``.local``, ``.localhost``, ``.onion``, all of ``.arpa`` with
+  ``.home.arpa``, ``.invalid``) are refused unless
+  :func:`allow_special_use_domains` was given True (the setting
+  ``OUTBOX_MAILER_ALLOW_SPECIAL_USE_DOMAINS``, applied process-wide when the
+  settings are loaded); ``.invalid`` is refused always, since it can never be
+  delivered.  Other top-level names intranets use (``.internal``, ``.lan``,
+  ``.corp``) pass either way: nothing here knows which names the public DNS
+  delegates.  A domain needs a dot and a top-level name that is not numeric,
+  setting or not (``a@10.0.0.1`` is refused: an IP address is a domain literal).
 * An unquoted display name may not hold ``< > @ , ; : " \\`` (it would be
   ambiguous); quote it to use them.  The name is kept as text and re-rendered,
   never copied into a header verbatim.
@@ -43,6 +46,8 @@ from __future__ import annotations
 
 import binascii
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -83,36 +88,40 @@ _PHRASE_WORD_BYTES = 45
 _MAX_QUOTED_NAME = 60
 
 
-# Domains refused by default: email_validator's list of special-use names (RFC 6761 and the
-# like: arpa, invalid, local, localhost, onion, test) and the top-level names intranets use that
-# are never delegated in the public DNS (ICANN reserved "internal" for private use in 2024; the
-# others are its never-delegated name-collision strings and common defaults).  The library
-# documents editing its list in place; this module owns it.  ``invalid`` stays refused always.
-_PRIVATE_TOP_LEVEL_NAMES = ("internal", "lan", "home", "corp", "localdomain")
-_REFUSED_BY_DEFAULT = (*email_validator.SPECIAL_USE_DOMAIN_NAMES, *_PRIVATE_TOP_LEVEL_NAMES)
+# email-validator's list of refused special-use names, as shipped (RFC 6761 and the like: arpa,
+# invalid, local, localhost, onion, test); the library documents editing it in place to permit
+# some, and this module owns it.  ``invalid`` stays refused whatever the setting.
+_REFUSED_BY_DEFAULT = tuple(email_validator.SPECIAL_USE_DOMAIN_NAMES)
 _ALWAYS_REFUSED_NAMES = ("invalid",)
-email_validator.SPECIAL_USE_DOMAIN_NAMES[:] = _REFUSED_BY_DEFAULT
-_globally_deliverable = True  # False while special-use domains are allowed: dotless host names pass too
 
 
 def allow_special_use_domains(allowed: bool) -> None:
-    """Let special-use and internal domains through (``allowed``) or refuse them (the default).
+    """Let special-use domains through (``allowed``) or refuse them (the default).
 
-    Process-wide: the settings apply it when they are loaded, before any address is parsed
-    (the sender's and the redirect address's checks included); remembered results are forgotten.
+    Process-wide: the settings apply it once they are valid (:func:`special_use_policy` while
+    they are checked); what was remembered under the other rule is forgotten.
     """
-    global _globally_deliverable
     names = _ALWAYS_REFUSED_NAMES if allowed else _REFUSED_BY_DEFAULT
-    if tuple(email_validator.SPECIAL_USE_DOMAIN_NAMES) == names and _globally_deliverable is not allowed:
+    if tuple(email_validator.SPECIAL_USE_DOMAIN_NAMES) == names:
         return
     email_validator.SPECIAL_USE_DOMAIN_NAMES[:] = names
-    _globally_deliverable = not allowed
     _parsed.cache_clear()
     _checked_domain.cache_clear()
 
 
 def special_use_domains_allowed() -> bool:
-    return not _globally_deliverable
+    return tuple(email_validator.SPECIAL_USE_DOMAIN_NAMES) == _ALWAYS_REFUSED_NAMES
+
+
+@contextmanager
+def special_use_policy(allowed: bool) -> Iterator[None]:
+    """The rule ``allowed`` for the duration of the block, then the one before it (a settings check)."""
+    before = special_use_domains_allowed()
+    allow_special_use_domains(allowed)
+    try:
+        yield
+    finally:
+        allow_special_use_domains(before)
 
 
 def find_control_character(text: str) -> str | None:
@@ -280,7 +289,7 @@ def _validate_email(addr: str) -> tuple[str, str, str]:
 
 def _validate_full(addr: str) -> tuple[str, str, str]:
     """email_validator without DNS: the reference the fast path must agree with."""
-    result = validate_email(addr, check_deliverability=False, globally_deliverable=_globally_deliverable)
+    result = validate_email(addr, check_deliverability=False)
     return result.local_part, result.domain, result.ascii_domain
 
 
@@ -327,8 +336,7 @@ def _checked_domain(domain: str) -> tuple[str, str, int] | None:
     (its length check included): the caller then falls back to the full check.
     """
     try:
-        result = validate_email("x@" + domain, check_deliverability=False,
-                                globally_deliverable=_globally_deliverable)
+        result = validate_email("x@" + domain, check_deliverability=False)
     except EmailNotValidError:
         return None
     # validate_email_length measures the domain as given, normalised and in ASCII, in UTF-8.

@@ -72,7 +72,7 @@ from outbox_mailer.header_fields import (
     unstructured,
 )
 from outbox_mailer.message_ids import is_message_id
-from outbox_mailer.text_alternative import text_from_html
+from outbox_mailer.text_alternative import MAX_HTML_BYTES, text_from_html
 
 __all__ = ["check_composed", "compose"]
 
@@ -117,7 +117,8 @@ def compose(
     custom = checked_custom_headers(delivery.headers)
     text_body, html_body = delivery.text_body, delivery.html_body
     text_data, html_data = _checked_bodies(text_body, html_body)
-    if text_body is None and text_alternative:
+    generated = text_body is None and text_alternative and len(html_data or b"") <= MAX_HTML_BYTES
+    if generated:
         text_body = text_from_html(html_body)  # type: ignore[arg-type]  # a str: checked just above
         text_data = None if text_body is None else text_body.encode("utf-8")
     attachments = _checked_attachments(delivery.attachments, max_message_bytes)
@@ -140,12 +141,13 @@ def compose(
     headers.extend(unstructured(name, value) for name, value in custom)
     headers.append("MIME-Version: 1.0\r\n")
 
-    body = mime.body(
-        text_data, html_data,
-        [(a.data, f"{a.maintype}/{a.subtype}", a.filename) for a in attachments],
-        seed=message_id[1:33],
-    )
-    data = "".join(headers).encode("utf-8") + body  # ASCII unless an address is internationalised
+    parts = [(a.data, f"{a.maintype}/{a.subtype}", a.filename) for a in attachments]
+    head = "".join(headers).encode("utf-8")  # ASCII unless an address is internationalised
+    data = head + mime.body(text_data, html_data, parts, seed=message_id[1:33])
+    if len(data) > max_message_bytes and generated and text_data is not None:
+        # the text alternative is a courtesy: never the reason a row fails
+        text_body = text_data = None
+        data = head + mime.body(None, html_data, parts, seed=message_id[1:33])
     if len(data) > max_message_bytes:
         raise CompositionError(
             "message",

@@ -34,7 +34,7 @@ from pydantic_settings import (
     SettingsError,
 )
 
-from .addresses import allow_special_use_domains, parse_address
+from .addresses import allow_special_use_domains, parse_address, special_use_policy
 from .config_checks import (
     check_database_url,
     check_fallbacks,
@@ -268,10 +268,10 @@ class Settings(BaseSettings):
     @classmethod
     def _default_from(cls, value: str | None, info: ValidationInfo) -> str | None:
         # the rule of a row's from_address, by the same function (compose.py's _sender)
-        _apply_address_policy(info)
         if value is not None:
             try:
-                parse_address(value, "default_from")
+                with special_use_policy(_special_use_allowed(info)):
+                    parse_address(value, "default_from")
             except CompositionError as exc:
                 raise ValueError(f"{value!r} is not a valid sender address: {exc.reason}") from None
         return value
@@ -286,8 +286,10 @@ class Settings(BaseSettings):
     @field_validator("redirect_to")
     @classmethod
     def _redirect_to(cls, value: str | None, info: ValidationInfo) -> str | None:
-        _apply_address_policy(info)
-        return value if value is None else checked_redirect(value)
+        if value is None:
+            return None
+        with special_use_policy(_special_use_allowed(info)):
+            return checked_redirect(value)
 
     @field_validator("metrics_address")
     @classmethod
@@ -326,7 +328,6 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _cross_field(self) -> Settings:
-        allow_special_use_domains(self.allow_special_use_domains)  # also when no address setting is given
         longest = self.max_send_timeout_seconds
         if self.rescue_after_seconds is not None and self.rescue_after_seconds <= longest + 1:
             raise ValueError(
@@ -347,6 +348,7 @@ class Settings(BaseSettings):
                 f"default_transport {self.default_transport!r} is not configured "
                 f"(configured: {', '.join(sorted(self.all_transports()))})"
             )
+        allow_special_use_domains(self.allow_special_use_domains)  # for the process, once all is valid
         return self
 
     def require_database_url(self) -> str:
@@ -364,9 +366,9 @@ class Settings(BaseSettings):
         return data
 
 
-def _apply_address_policy(info: ValidationInfo) -> None:
-    """Apply OUTBOX_MAILER_ALLOW_SPECIAL_USE_DOMAINS (validated already: it is declared first) process-wide."""
-    allow_special_use_domains(bool(info.data.get("allow_special_use_domains", False)))
+def _special_use_allowed(info: ValidationInfo) -> bool:
+    """OUTBOX_MAILER_ALLOW_SPECIAL_USE_DOMAINS, validated already (it is declared first; False if it was invalid)."""
+    return bool(info.data.get("allow_special_use_domains", False))
 
 
 def _setting_name(loc: tuple[Any, ...]) -> str:

@@ -2,9 +2,11 @@
 
 The form (the same as the SQL function ``outbox_mailer_suppression_address`` in
 ``sql/0009_delivery_events.sql``, which the claim compares with): the address inside
-``Name <...>`` if there is one, in Unicode normal form C, lower case, with an internationalised
-domain in its Unicode form (an ``xn--`` domain is decoded, so ``zoë@exämple.com`` and
-``zoë@xn--exmple-cua.com`` are one address). Providers compare case-insensitively too.
+``Name <...>`` if there is one, in Unicode normal form C, its ASCII letters in lower case (only
+those: PostgreSQL's lower() depends on the database's locale, so both sides lower-case ASCII alone
+and other letters compare as written), with an internationalised domain in its Unicode form (an
+``xn--`` domain is decoded, so ``zoë@exämple.com`` and ``zoë@xn--exmple-cua.com`` are one address).
+Providers compare case-insensitively too.
 
 A row whose every recipient is suppressed fails without a network call, ``last_error``
 starting with ``suppressed:``; otherwise its suppressed recipients are left out of the message
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import string
 import unicodedata
 from dataclasses import dataclass
 
@@ -24,6 +27,7 @@ import idna
 from .delivery import Delivery, Outcome, RefusedRecipient
 
 _IN_BRACKETS = re.compile(r"<([^<>]*)>\s*$")
+_ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)  # lower(... COLLATE "C")
 REASONS = ("hard_bounce", "complaint", "unsubscribe", "manual")
 SUPPRESSED = "suppressed: "  # how last_error starts for a row failed because every recipient is suppressed
 
@@ -32,7 +36,7 @@ def normal_address(raw: str) -> str:
     """The suppression form of an address as a row, an event or an operator gives it.
     ValueError when it is not an address."""
     m = _IN_BRACKETS.search(raw)
-    address = unicodedata.normalize("NFC", (m.group(1) if m else raw).strip()).lower()
+    address = unicodedata.normalize("NFC", (m.group(1) if m else raw).strip()).translate(_ASCII_LOWER)
     local, at, domain = address.rpartition("@")
     if not at or not local or not domain or any(c.isspace() or c in "<>" for c in address):
         raise ValueError(f"not an email address: {raw!r}")
@@ -47,7 +51,7 @@ def normal_address(raw: str) -> str:
 def _key(raw: str) -> str:
     """What the claim compared: the SQL form (without the xn-- decoding, which SQL cannot do)."""
     m = _IN_BRACKETS.search(raw)
-    return unicodedata.normalize("NFC", (m.group(1) if m else raw).strip()).lower()
+    return unicodedata.normalize("NFC", (m.group(1) if m else raw).strip()).translate(_ASCII_LOWER)
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,7 @@ The instance (the recipe of /work/shared/REFERENCE.md, "A real Postfix for tests
   ``log_path``;
 - STARTTLS with a certificate for 127.0.0.1/localhost signed by a throwaway CA (``ca_file``),
   PIPELINING (Postfix's default), SIZE (``message_size_limit``), SMTPUTF8;
-- virtual Maildir mailboxes for ``USERS`` (domains example.com and mail.internal, including the
+- virtual Maildir mailboxes for ``USERS`` (domains example.com and mail.example.test, including the
   internationalised ``zoë@example.com``); any other address there gets ``550 5.1.1``.
 
 ``postfix -c DIR start-fg`` is our child process; the master it starts becomes its own session
@@ -68,7 +68,7 @@ USERS = {
     "bob@example.com": "example.com/bob/",
     "carol@example.com": "example.com/carol/",
     "zoë@example.com": "example.com/zoe/",
-    "ops@mail.internal": "mail.internal/ops/",
+    "ops@mail.example.test": "mail.example.test/ops/",
 }
 
 
@@ -204,7 +204,7 @@ def _main_cf(run: Path, config: Path) -> str:
         "smtpd_tls_key_file": run / "server.key",
         "smtpd_tls_received_header": "yes",
         "smtpd_relay_restrictions": "permit_mynetworks, reject_unauth_destination",
-        "virtual_mailbox_domains": "example.com, mail.internal",
+        "virtual_mailbox_domains": "example.com, mail.example.test",
         "virtual_mailbox_base": run / "mail",
         "virtual_mailbox_maps": f"texthash:{config / 'vmailbox'}",
         "virtual_uid_maps": f"static:{NOBODY}",

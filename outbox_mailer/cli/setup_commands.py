@@ -47,7 +47,7 @@ def cmd_check(args: argparse.Namespace, settings: Settings) -> int:
         guard = StagingGuard.of(settings.allowed_recipients, settings.redirect_to)
         report("staging guard", True, guard.describe() if guard is not None else "off: every recipient gets mail")
         report("dkim", True, settings.dkim.describe())  # domain, selector, key size: never the key
-        report("addresses", True, "special-use and internal domains (.internal, .local, .test ...) "
+        report("addresses", True, "special-use domains (.local, .test, .home.arpa ...) "
                + ("allowed, .invalid refused" if settings.allow_special_use_domains else
                   "refused (OUTBOX_MAILER_ALLOW_SPECIAL_USE_DOMAINS=true allows them)")
                + "; internationalised (non-ASCII) local parts need a server offering SMTPUTF8")

@@ -80,7 +80,7 @@ PLAIN: dict[str, dict[str, Any]] = {
                 "text_body": "Grüße, Jürgen! Das Paket ist unterwegs. ✓\n日本語のテキストも届きます。🎉\n"},
     "idn-local": {"to_addresses": ["Zoë Martin <zoë@example.com>"], "subject": "Für Zoë: deine Bestellung",
                   "text_body": "Hallo Zoë, deine Bestellung ist angekommen.\n"},
-    "special-use": {"to_addresses": ["ops@mail.internal"], "subject": "Nightly report",
+    "special-use": {"to_addresses": ["ops@mail.example.test"], "subject": "Nightly report",
                     "text_body": "The nightly export finished in 42 seconds.\n"},
     "partial": {"to_addresses": ["alice@example.com", "nobody@example.com"], "subject": "Team meeting notes",
                 "text_body": "The notes of today's meeting are in the wiki.\n"},

@@ -13,12 +13,12 @@ import pytest
 from outbox_mailer.addresses import allow_special_use_domains
 from outbox_mailer.store import Store
 from tests.integration.conftest import insert
+from tests.sql_store import SqlStore
 from tests.smtp_server import SmtpTestServer, running_smtp_server
 
 pytestmark = pytest.mark.anyio
 
-INTRANET = ["ops@mail.internal", "ops@printer.local", "ops@nas.home.arpa", "ops@shop.example.test",
-            "ops@dev.localhost"]
+INTRANET = ["ops@printer.local", "ops@nas.home.arpa", "ops@shop.example.test", "ops@dev.localhost"]
 
 
 @pytest.fixture(autouse=True)
@@ -100,3 +100,36 @@ async def test_an_html_only_row_gets_its_text_alternative_unless_turned_off(
     plain, rich = received.iter_parts()
     assert rich.get_content() == html + "\n"
     assert plain.get_content() == "Your order has shipped: [track it](https://shop.example.com/t/1).\n"
+
+
+# -- suppressed internationalised addresses: one form in SQL (the claim) and in Python (the writers) --
+
+ODD_CASES = ["ZOË@Example.com", "zoë@example.com", "ΟΔΟΣ@example.com", "İLKER@example.com", "Åsa <ÅSA@Bücher.example>",
+             "zoe\u0308@example.com", "Straße@example.com"]
+
+
+async def test_the_claim_and_the_writers_agree_on_every_suppression_form(store: SqlStore) -> None:
+    from outbox_mailer.suppression import normal_address
+
+    for raw in ODD_CASES:
+        [row] = await store.fetch("SELECT outbox_mailer_suppression_address($1) AS a", raw)
+        assert row["a"] == normal_address(raw), raw  # the database's locale plays no part
+
+
+async def test_a_suppressed_internationalised_address_gets_no_mail(
+        running: Any, store: Store, smtp_server: SmtpTestServer, db_url: str) -> None:
+    from outbox_mailer.store import EventStore
+    from outbox_mailer.suppression import normal_address
+
+    events = await EventStore.open(db_url)
+    try:
+        for address in ("ΟΔΟΣ@example.com", "zoë@example.com"):
+            await events.suppress(normal_address(address), "hard_bounce", "test", None)
+    finally:
+        await events.close()
+    await insert(store, "greek", to_addresses=["Οδός <ΟΔΟΣ@example.com>"])
+    await insert(store, "zoe", to_addresses=["zoe\u0308@Example.COM"])  # decomposed ë, upper-case ASCII domain
+    rows = await (await running()).final("greek", "zoe")
+    assert {k: r["status"] for k, r in rows.items()} == {"greek": "failed", "zoe": "failed"}
+    assert all(r["last_error"].startswith("suppressed: ") for r in rows.values())
+    assert smtp_server.accepted == []

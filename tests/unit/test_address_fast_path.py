@@ -39,8 +39,7 @@ ATEXT = "abcxyzABCXYZ0189!#$%&'*+/=?^_`{|}~-"
 def reference(addr: str) -> tuple[str, str, str] | str:
     """The validated fields, or the refusal's message."""
     try:
-        result = validate_email(addr, check_deliverability=False,
-                                globally_deliverable=not addresses.special_use_domains_allowed())
+        result = validate_email(addr, check_deliverability=False)
     except EmailNotValidError as exc:
         return f"refused: {exc}"
     return result.local_part, result.domain, result.ascii_domain

@@ -15,6 +15,7 @@ from outbox_mailer.addresses import (
     ParsedAddress,
     address_words,
     allow_special_use_domains,
+    special_use_policy,
     encoded_words,
     find_control_character,
     parse_address,
@@ -196,8 +197,9 @@ def test_encoded_words_need_room_for_a_character() -> None:
 
 # -- special-use and internal domains (OUTBOX_MAILER_ALLOW_SPECIAL_USE_DOMAINS) ----------------
 
-INTRANET = ["a@mail.internal", "a@host.lan", "a@printer.local", "a@nas.home.arpa", "a@shop.example.test",
-            "a@dev.localhost", "a@intranet", "Shop <noreply@shop.example.test>"]
+SPECIAL_USE = ["a@printer.local", "a@nas.home.arpa", "a@shop.example.test", "a@dev.localhost",
+               "a@x.onion", "Shop <noreply@shop.example.test>"]
+INTRANET = ["a@mail.internal", "a@host.lan", "a@db.corp"]  # no public DNS knows them, but nothing here can tell
 
 
 @pytest.fixture
@@ -207,7 +209,7 @@ def special_use_allowed():
     allow_special_use_domains(False)
 
 
-@pytest.mark.parametrize("raw", [*INTRANET, "a@box.home", "a@db.corp", "a@h.localdomain"])
+@pytest.mark.parametrize("raw", SPECIAL_USE)
 def test_special_use_domains_are_refused_by_default(raw: str) -> None:
     with pytest.raises(CompositionError) as info:
         parse_address(raw, "to_addresses[0]")
@@ -215,15 +217,34 @@ def test_special_use_domains_are_refused_by_default(raw: str) -> None:
 
 
 @pytest.mark.parametrize("raw", INTRANET)
+def test_other_intranet_names_pass_either_way(raw: str) -> None:
+    assert parse_address(raw, "to_addresses[0]").addr_spec == raw
+
+
+@pytest.mark.parametrize("raw", [*SPECIAL_USE, *INTRANET])
 def test_special_use_domains_pass_when_allowed(special_use_allowed: None, raw: str) -> None:
     parsed = parse_address(raw, "to_addresses[0]")
     assert parsed.addr_spec == raw.rpartition("<")[2].rstrip(">")
 
 
-@pytest.mark.parametrize("raw", ["a@example.invalid", "a@invalid", "Shop <a@x.y.invalid>"])
+@pytest.mark.parametrize("raw", ["a@example.invalid", "Shop <a@x.y.invalid>"])
 def test_invalid_stays_refused_when_special_use_is_allowed(special_use_allowed: None, raw: str) -> None:
     with pytest.raises(CompositionError, match="special-use or reserved"):
         parse_address(raw, "from_address")
+
+
+@pytest.mark.parametrize("raw", ["a@intranet", "a@localhost", "a@10.0.0.1", "a@999"])
+def test_a_domain_needs_a_dot_and_a_top_level_name_even_when_special_use_is_allowed(
+        special_use_allowed: None, raw: str) -> None:
+    with pytest.raises(CompositionError, match="period|top-level domain"):
+        parse_address(raw, "to_addresses[0]")
+
+
+def test_a_settings_check_leaves_the_process_rule_as_it_was() -> None:
+    with special_use_policy(True):
+        assert parse_address("a@printer.local", "f").domain == "printer.local"
+    with pytest.raises(CompositionError):
+        parse_address("a@printer.local", "f")
 
 
 def test_turning_the_setting_off_again_forgets_what_was_accepted() -> None:
@@ -234,3 +255,19 @@ def test_turning_the_setting_off_again_forgets_what_was_accepted() -> None:
         allow_special_use_domains(False)
     with pytest.raises(CompositionError):
         parse_address("a@printer.local", "f")
+
+
+def test_settings_that_fail_validation_leave_the_rule_unchanged() -> None:
+    from pydantic import ValidationError
+
+    from outbox_mailer.addresses import special_use_domains_allowed
+    from outbox_mailer.config import Settings
+
+    with pytest.raises(ValidationError):
+        Settings(allow_special_use_domains=True, default_from="Shop <noreply@shop.example.test>", max_message_bytes=5)
+    assert not special_use_domains_allowed()
+    try:
+        Settings(allow_special_use_domains=True, default_from="Shop <noreply@shop.example.test>")
+        assert special_use_domains_allowed()
+    finally:
+        allow_special_use_domains(False)

@@ -706,3 +706,21 @@ def test_text_part_is_7bit_when_it_can_be_else_the_shorter_encoding(body: str) -
         assert head.endswith(b"quoted-printable") and payload == qp
     else:
         assert head.endswith(b"base64") and payload == b64
+
+
+def test_long_html_goes_html_only_rather_than_hold_the_daemon() -> None:
+    from outbox_mailer.text_alternative import MAX_HTML_BYTES
+
+    html = "<p>" + "x" * (MAX_HTML_BYTES - 7) + "</p>"
+    assert parse(run(text_body=None, html_body=html)).get_content_type() == "multipart/alternative"
+    assert parse(run(text_body=None, html_body=html + " ")).get_content_type() == "text/html"
+
+
+def test_a_text_alternative_never_pushes_a_row_over_the_size_limit() -> None:
+    html = "<p>" + "word " * 6_000 + "</p>"  # 30 KB: fits alone, not with its rendering
+    alone = run(text_body=None, html_body=html, text_alternative=False)
+    limit = len(alone.data) + 1000
+    composed = run(text_body=None, html_body=html, max_message_bytes=limit)
+    assert composed.data == alone.data
+    assert composed.fields is not None and composed.fields.text is None
+    assert parse(run(text_body=None, html_body=html, max_message_bytes=2 * limit)).is_multipart()

@@ -26,7 +26,9 @@ def row(to: tuple[str, ...], cc: tuple[str, ...] = (), bcc: tuple[str, ...] = ()
     ("  Bob Smith <Bob@Example.com> ", "bob@example.com"),
     ("zoë@exämple.com", "zoë@exämple.com"),
     ("zoe\u0308@example.com", "zoë@example.com"),  # decomposed ë: one form (NFC)
-    ("ZOË@xn--exmple-cua.com", "zoë@exämple.com"),  # the A-label domain in its Unicode form
+    ("zoë@xn--exmple-cua.com", "zoë@exämple.com"),  # the A-label domain in its Unicode form
+    ("ZOË@Example.com", "zoË@example.com"),  # ASCII letters alone are lowered, as the SQL form does
+    ("ΟΔΟΣ@example.com", "ΟΔΟΣ@example.com"),
 ])
 def test_addresses_have_one_normal_form(raw: str, normal: str) -> None:
     assert normal_address(raw) == normal

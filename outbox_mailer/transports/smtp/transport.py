@@ -71,6 +71,8 @@ from .attempt import LIBRARY_ERRORS, Attempt, Connection, SetupError, describe
 from .replies import account_refusal, classify_reply
 from .wire import Wire, WireError
 
+_SIGN_IN_LOOP_BYTES = 256 * 1024  # messages up to this are DKIM-signed in the event loop (~2 ms)
+
 __all__ = ["SmtpTransport", "classify_reply"]
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -252,15 +254,16 @@ class SmtpTransport:
             return Outcome.permanent(problem)
         if self._closed:
             return Outcome.held_back(f"transport {self.name!r} is closed")
-        if self._signer is not None:  # once per send: every transaction below carries these bytes
-            try:
-                message = self._signer.sign_message(message)
-            except CompositionError as exc:
-                return Outcome.unsendable(f"cannot DKIM-sign: {exc}")
         header = self._settings.idempotency_header
         if header:
             key = idempotency_key(delivery, message)
             message = replace(message, data=f"{header}: {key}\r\n".encode("ascii") + message.data)
+        if self._signer is not None:  # once per send: every transaction below carries these bytes
+            try:  # a big message in a worker thread: 10 MiB take about 0.65 s to hash
+                message = (self._signer.sign_message(message) if len(message.data) <= _SIGN_IN_LOOP_BYTES
+                           else await anyio.to_thread.run_sync(self._signer.sign_message, message))
+            except CompositionError as exc:
+                return Outcome.unsendable(f"cannot DKIM-sign: {exc}")
         async with self._slots:
             attempt = Attempt(self._connect, self._settings, message)
             try:
