@@ -22,7 +22,8 @@ time:
   new one started 0.3-2 s later (as systemd's Restart= would).
 
 Each kind happens at least once whatever the seed; kill -9 only in the first 40 % of the run
-(see "growth" in soak_verdict.py). Every ``--sample-seconds`` it samples the daemon's VmRSS, open
+and at least 65 s before its end (see "growth" in soak_verdict.py); a run shorter than two minutes
+(75 s at least: soak_plan.SHORTEST_SECONDS) has its gaps scaled down to fit every kind in. Every ``--sample-seconds`` it samples the daemon's VmRSS, open
 fds, its TCP sockets to PostgreSQL and to the sink (its fds matched against /proc/PID/net/tcp), the
 PostgreSQL backends serving those sockets (pg_stat_activity.client_port), the rows due, sending,
 sent, failed and in_doubt, and the copies the sink received; one line per sample, a summary table

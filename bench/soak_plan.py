@@ -1,8 +1,9 @@
 """What a soak runs: the daemon's settings and the seeded fault plan (pure, no I/O).
 
 ``SETTINGS`` configures the daemon under test by environment, with short timeouts so that every
-fault settles within seconds; the verdict's limits (soak_verdict.py) follow its pool size and
-rescue delay. ``plan_faults`` is the seeded schedule that the soak's scheduler (soak.py) follows.
+fault settles within seconds; the verdict's limits (soak_verdict.py) follow its pool size, rescue
+delay and growth windows. ``plan_faults`` is the seeded schedule that the soak's scheduler (soak.py)
+follows.
 """
 
 from __future__ import annotations
@@ -31,17 +32,29 @@ SETTINGS = {
     "OUTBOX_MAILER_IN_DOUBT": "resend",
 }
 KINDS = ("smtp_drop", "smtp_outage", "pg_restart", "kill9")
+# Growth is judged within the last daemon lifetime, after a warm-up, over at least a minimum span
+# (soak_verdict.LIMITS); the last kill -9 must leave that much, plus the kill's own ~10 s (up to 3 s
+# waiting for a claim in flight, up to 2 s before the restart, the start-up, the next sample).
+WARMUP_SECONDS = 15.0
+MIN_JUDGED_SECONDS = 40.0
+LAST_LIFETIME_SECONDS = WARMUP_SECONDS + MIN_JUDGED_SECONDS + 10.0
+SHORTEST_SECONDS = 75.0  # the shortest run that kills a daemon and still judges the last lifetime
 
 
 def plan_faults(seed: int, seconds: float) -> list[dict[str, Any]]:
     """Seeded schedule: a fault every ~10-20 s after a 10 s quiet start, each kind at least once
-    (and one immediate PostgreSQL restart), kill -9 only in the first 40 %."""
+    (and one immediate PostgreSQL restart), kill -9 only in the first 40 %. A run shorter than two
+    minutes (at least SHORTEST_SECONDS) has its gaps scaled down to fit every kind in, and its
+    kills early enough to leave LAST_LIFETIME_SECONDS; from two minutes on, the scale is 1 and
+    that bound is later than 40 %, so a longer run's plan is what it always was."""
     rng = random.Random(seed)
+    scale = min(1.0, seconds / 120)
     times, t = [], min(10.0, seconds * 0.1)
     while t < seconds - 8:
         times.append(t)
-        t += rng.uniform(10, 20)
-    early = [i for i, t in enumerate(times) if t < seconds * 0.4]
+        t += rng.uniform(10, 20) * scale
+    kill_before = min(seconds * 0.4, seconds - LAST_LIFETIME_SECONDS)
+    early = [i for i, t in enumerate(times) if t < kill_before]
     kinds: list[str | None] = [None] * len(times)
     for i in rng.sample(early, min(len(early), max(1, round(len(early) * 0.3)))):
         kinds[i] = "kill9"

@@ -24,11 +24,16 @@ import statistics
 from collections import Counter
 from typing import Any
 
-from bench.soak_plan import POOL_SIZE, RESCUE_AFTER_SECONDS
+from bench.soak_plan import (
+    MIN_JUDGED_SECONDS,
+    POOL_SIZE,
+    RESCUE_AFTER_SECONDS,
+    WARMUP_SECONDS,
+)
 
 PG_CONNECTION_LIMIT = 3  # claim session + LISTEN + the start-up schema check
-LIMITS = {"rss_growth_ratio": 0.20, "rss_growth_mb": 10.0, "fd_growth": 10, "warmup_seconds": 15.0,
-          "warmup_share": 0.20, "min_judged_seconds": 40.0, "pg_connections": PG_CONNECTION_LIMIT,
+LIMITS = {"rss_growth_ratio": 0.20, "rss_growth_mb": 10.0, "fd_growth": 10, "warmup_seconds": WARMUP_SECONDS,
+          "warmup_share": 0.20, "min_judged_seconds": MIN_JUDGED_SECONDS, "pg_connections": PG_CONNECTION_LIMIT,
           "smtp_connections": POOL_SIZE, "loss_margin_seconds": RESCUE_AFTER_SECONDS + 30.0}
 
 

@@ -36,7 +36,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import psql
-from tests.e2e.conftest import ROOT, Installed, base_env
+from tests.e2e.conftest import ROOT, Installed, base_env, install_into_fresh_venv
 from tests.smtp_server import SmtpTestServer, running_smtp_server
 
 pytestmark = [
@@ -94,9 +94,7 @@ def skip_reason() -> str | None:
 def service_venv(installed: Installed, directory: Path) -> Path:
     """The built wheel installed into a venv of the system Python, relocated to /opt/outbox-mailer/venv."""
     venv = directory / "venv"
-    subprocess.run([str(SYSTEM_PYTHON), "-m", "venv", str(venv)], check=True, capture_output=True, timeout=120)
-    subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", str(installed.wheel)], check=True,
-                   capture_output=True, timeout=600)
+    install_into_fresh_venv(str(SYSTEM_PYTHON), venv, installed.wheel)
     for script in (venv / "bin").iterdir():  # shebangs name the host path: point them at the bind target
         if script.is_file() and not script.is_symlink():
             data = script.read_bytes()
