@@ -18,12 +18,11 @@ its rendering would hold every other send.
 
 from __future__ import annotations
 
-from inscriptis import get_text
-from inscriptis.model.config import ParserConfig
+from functools import cache
+from typing import Any
 
 __all__ = ["MAX_HTML_BYTES", "text_from_html"]
 
-_CONFIG = ParserConfig(display_links=True, display_images=False)
 MAX_HTML_BYTES = 64 * 1024  # UTF-8 bytes of HTML rendered at most
 
 
@@ -33,9 +32,20 @@ def text_from_html(html: str) -> str | None:
     Never raises for bad HTML: the alternative is a courtesy to the reader, so a
     document the parser cannot read goes out HTML-only rather than not at all.
     """
+    get_text, config = _renderer()
     try:
-        text = get_text(html, _CONFIG)
+        text = get_text(html, config)
     except Exception:  # lxml's errors for unreadable documents (empty, only a comment, ...)
         return None
     text = "\n".join(line.rstrip() for line in text.strip("\n").splitlines())
     return text + "\n" if text.strip() else None
+
+
+@cache
+def _renderer() -> tuple[Any, Any]:
+    """inscriptis and its configuration, imported at the first HTML-only row: with lxml they add about
+    10 MB to a daemon's memory, which daemons that never see such a row need not pay."""
+    from inscriptis import get_text
+    from inscriptis.model.config import ParserConfig
+
+    return get_text, ParserConfig(display_links=True, display_images=False)
