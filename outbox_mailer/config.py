@@ -227,7 +227,7 @@ class Settings(BaseSettings):
 
     database_url: SecretStr | None = None  # postgresql://user:pass@host/db (session-capable)
     # before default_from and redirect_to: their checks use it (addresses.allow_special_use_domains)
-    allow_special_use_domains: bool = False  # .internal .local .lan .home.arpa .test ... domains (never .invalid)
+    allow_special_use_domains: bool = False  # special-use domains (.local .test .home.arpa ...) allowed; never .invalid
     default_from: str | None = None  # sender when a row's from_address is null
     text_alternative: bool = True  # an HTML-only row also gets a text/plain part made from its HTML
     smtp: SmtpSettings = SmtpSettings()  # the transport named "smtp"
