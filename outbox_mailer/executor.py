@@ -38,7 +38,7 @@ from typing import Protocol
 
 import anyio
 
-from .clock import utc_now
+from .clock import monotonic, utc_now
 from .compose import compose
 from .config import Settings
 from .decide import RetryPolicy, decide
@@ -135,7 +135,7 @@ class Executor:
         """The transport to carry the row now: its own, or a fallback while its own is paused or held
         off by a long 429; a row with an attempt whose outcome is unknown stays where the latest such
         attempt went (failover.py)."""
-        return self.routes.carrier(self.transport_of(delivery), delivery.pinned_transport, anyio.current_time())
+        return self.routes.carrier(self.transport_of(delivery), delivery.pinned_transport, monotonic())
 
     # -- the ways a claimed row ends ---------------------------------------------
 
@@ -389,7 +389,7 @@ class Executor:
         finished = self.clock()
         transition = decide(delivery, outcome, finished, self.policy, self._rng.random())
         if transition.scheduled_at is not None and self.routes.moves_on(
-                self.transport_of(delivery), delivery.pinned_transport, name, outcome, anyio.current_time()):
+                self.transport_of(delivery), delivery.pinned_transport, name, outcome, monotonic()):
             # not taken here, and the claim now routes it to an open fallback: due at once
             log.warning("failover key=%s from %s to %s: %s", delivery.dedupe_key, name, self.route(delivery),
                         outcome.error)

@@ -19,9 +19,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 
-import anyio
-
 from .breaker import Breaker
+from .clock import monotonic
 from .delivery import Cause, Outcome
 from .quotas import SharedLimit, throttling
 
@@ -52,12 +51,13 @@ class TransportGate:
         """Wait for one request's share of the limits, for ``recipients``; None when a send may start
         now, else why it may not (the caller checks the claim's age after this wait)."""
         paused = self._paused()
-        if paused is None and self.limit is not None:
-            paused = await self.limit.take(recipients)
-        return paused or self._paused()
+        if paused is not None or self.limit is None:
+            return paused
+        # the wait for a share of the limits may outlast a pause that began meanwhile
+        return await self.limit.take(recipients) or self._paused()
 
     def _paused(self) -> Outcome | None:
-        now = anyio.current_time()
+        now = monotonic()
         if self.breaker.is_paused(now):
             return Outcome.held_back(f"transport {self.name!r} is paused",
                                      retry_after_seconds=self.breaker.remaining(now))
@@ -65,7 +65,7 @@ class TransportGate:
 
     def observe(self, outcome: Outcome) -> Outcome:
         """Feed the breaker and the rate limiter; returns the outcome with its retry time adjusted."""
-        now = anyio.current_time()
+        now = monotonic()
         if outcome.cause is Cause.PAUSED and outcome.pause_seconds:
             was_paused = self.breaker.is_paused(now)
             self.breaker.pause(now, outcome.pause_seconds)

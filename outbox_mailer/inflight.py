@@ -18,6 +18,7 @@ from collections.abc import Sequence
 
 import anyio
 
+from .clock import monotonic
 from .delivery import Delivery, Status
 from .store import OutcomeWrite
 
@@ -53,7 +54,7 @@ class InFlight:
     def claim_age(self, delivery: Delivery) -> float | None:
         """Seconds since the row was claimed; None once it is no longer held."""
         held = self._held.get(delivery.id)
-        return None if held is None else anyio.current_time() - held[1]
+        return None if held is None else monotonic() - held[1]
 
     # -- the row's path ---------------------------------------------------------
 
