@@ -20,6 +20,7 @@ from typing import Protocol
 
 import anyio
 
+from .clock import monotonic
 from .config import Settings
 from .errors import DatabaseError
 from .executor import Executor
@@ -61,11 +62,11 @@ class Claimer:
     def paused(self) -> list[str]:
         """Transports whose rows nothing can carry now: paused by the breaker, and so is every open
         fallback they have (failover.py)."""
-        now = anyio.current_time()
+        now = monotonic()
         return [name for name in self._gates if self._executor.routes.paused_everywhere(name, now)]
 
     def _pauses_left(self) -> list[float]:
-        now = anyio.current_time()
+        now = monotonic()
         return [g.breaker.remaining(now) for g in self._gates.values() if g.is_paused(now)]
 
     def _lane_room(self) -> int:
@@ -73,7 +74,7 @@ class Claimer:
         queue at a lane (a queued row's claim ages; see Executor._may_start)."""
         if not self._lanes:
             return self.settings.concurrency  # nothing to queue on (every row fails as an unknown transport)
-        now = anyio.current_time()
+        now = monotonic()
         return sum(lane.room for name, lane in self._lanes.items() if not self._gates[name].is_paused(now))
 
     def _worthwhile_claim(self) -> int:
@@ -119,7 +120,7 @@ class Claimer:
                 if not self._stopping.is_set():
                     await self._db.failed(exc, locking=True)  # a claim stopped midway may hold locks
                 continue
-            self.last_claim_ok = anyio.current_time()
+            self.last_claim_ok = monotonic()
             # held before anything else is awaited: a claim not yet in InFlight looks dead to this
             # daemon's own rescuer (its session's advisory locks are re-entrant)
             self._inflight.hold(batch, self.last_claim_ok)
