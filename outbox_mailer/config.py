@@ -42,6 +42,7 @@ from .config_checks import (
     parse_listen_address,
     source_error,
 )
+from .console_settings import ConsoleSettings
 from .dkim_signing import DkimSettings
 from .errors import CompositionError, ConfigurationError
 from .event_settings import SuppressionSettings, WebhookSettings
@@ -252,6 +253,7 @@ class Settings(BaseSettings):
     worker_name: str | None = None  # recorded with each attempt; None: host:pid
     metrics_address: str | None = None  # "host:port" for /metrics, /healthz, /readyz; None: no endpoint
     webhooks: WebhookSettings = WebhookSettings()  # `outbox-mailer webhooks`: the provider event receiver
+    console: ConsoleSettings = ConsoleSettings()  # `outbox-mailer console`: the operator console
     suppression: SuppressionSettings = SuppressionSettings()
     debug_wedge_file: str | None = None  # while this file exists the claim loop stops: proves a watchdog set-up
     allowed_recipients: str | None = None  # staging guard: only these (addresses, @domain, @*.domain) get mail

@@ -1,4 +1,4 @@
-"""Loads the named SQL blocks of ``queries.sql`` once, at import.
+"""Loads the named SQL blocks of ``queries.sql`` (and the console's, ``console_queries.sql``) once, at import.
 
 A block is ``-- name: <name>`` then a ``-- <description>`` line, then the
 statement. ``QUERIES["claim_due"]`` is the SQL text; names match the Store
@@ -60,7 +60,17 @@ def _statement(name: str, lines: list[str], fragments: dict[str, str]) -> str:
     return sql
 
 
-QUERIES: dict[str, Query] = parse_queries(resources.files(__package__).joinpath("queries.sql").read_text("utf-8"))
+def _load(*files: str) -> dict[str, Query]:
+    queries: dict[str, Query] = {}
+    for name in files:
+        more = parse_queries(resources.files(__package__).joinpath(name).read_text("utf-8"))
+        if twice := sorted(queries.keys() & more.keys()):
+            raise ValueError(f"query {twice[0]!r} is defined in {name} and before it")
+        queries.update(more)
+    return queries
+
+
+QUERIES: dict[str, Query] = _load("queries.sql", "console_queries.sql")
 
 
 def sql(name: str) -> str:

@@ -16,19 +16,12 @@ from ..config import Settings
 from ..errors import ConfigurationError, DatabaseError, NotFound
 from ..store import EventStore
 from ..suppression import REASONS, normal_address
+from .database import run_with_store
 from .input import duration
 from .output import EXIT_OK, emit
 
 log = logging.getLogger("outbox_mailer")
 EXIT_TEMPFAIL = 75  # sysexits EX_TEMPFAIL: the MTA keeps the bounce and pipes it again later
-
-
-async def _with_events(settings: Settings, action: Any) -> Any:
-    store = await EventStore.open(settings.require_database_url())
-    try:
-        return await action(store)
-    finally:
-        await store.close()
 
 
 def cmd_webhooks(args: argparse.Namespace, settings: Settings) -> int:
@@ -63,7 +56,7 @@ def cmd_webhooks(args: argparse.Namespace, settings: Settings) -> int:
                         break
         return EXIT_OK
 
-    return anyio.run(_with_events, settings, go)
+    return run_with_store(settings, go, EventStore)
 
 
 def cmd_ingest_dsn(args: argparse.Namespace, settings: Settings) -> int:
@@ -86,7 +79,7 @@ def cmd_ingest_dsn(args: argparse.Namespace, settings: Settings) -> int:
         return EXIT_OK
 
     try:
-        return int(anyio.run(_with_events, settings, go))
+        return run_with_store(settings, go, EventStore)
     except DatabaseError as exc:
         print(f"outbox-mailer: ingest-dsn: {exc}; the MTA should retry", file=sys.stderr)
         return EXIT_TEMPFAIL
@@ -108,7 +101,7 @@ def cmd_suppress(args: argparse.Namespace, settings: Settings) -> int:
                                           + (f", until {expires.isoformat()})" if expires else ")"))
         return EXIT_OK
 
-    return int(anyio.run(_with_events, settings, go))
+    return run_with_store(settings, go, EventStore)
 
 
 def cmd_unsuppress(args: argparse.Namespace, settings: Settings) -> int:
@@ -118,7 +111,7 @@ def cmd_unsuppress(args: argparse.Namespace, settings: Settings) -> int:
         print(f"unsuppressed {args.address}")
         return EXIT_OK
 
-    return int(anyio.run(_with_events, settings, go))
+    return run_with_store(settings, go, EventStore)
 
 
 def cmd_suppressions(args: argparse.Namespace, settings: Settings) -> int:
@@ -135,7 +128,7 @@ def cmd_suppressions(args: argparse.Namespace, settings: Settings) -> int:
                   + until)
         return EXIT_OK
 
-    return int(anyio.run(_with_events, settings, go))
+    return run_with_store(settings, go, EventStore)
 
 
 def cmd_events(args: argparse.Namespace, settings: Settings) -> int:
@@ -152,7 +145,7 @@ def cmd_events(args: argparse.Namespace, settings: Settings) -> int:
             print(f"{when}  {row['provider']}  {kind}  {row['recipient'] or '-'}")
         return EXIT_OK
 
-    return int(anyio.run(_with_events, settings, go))
+    return run_with_store(settings, go, EventStore)
 
 
 def register(sub: Any) -> None:

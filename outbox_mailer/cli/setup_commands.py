@@ -18,14 +18,15 @@ from .output import EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, check_line, emit
 
 
 def cmd_grant(args: argparse.Namespace, settings: Settings) -> int:
-    statements = grant_statements(args.app_role, args.daemon_role)
+    statements = grant_statements(args.app_role, args.daemon_role, args.console_role)
     if args.print_sql:
         print(";\n".join(statements) + ";")
         return EXIT_OK
 
     async def go(store: Store) -> int:
         await store.run_script(statements)
-        print(f"granted: {args.app_role} may insert and read emails; {args.daemon_role} may run the daemon")
+        print(f"granted: {args.app_role} may insert and read emails; {args.daemon_role} may run the daemon"
+              + (f"; {args.console_role} may run the operator console" if args.console_role else ""))
         return EXIT_OK
 
     return run_with_store(settings, go)
@@ -91,6 +92,7 @@ def register(sub: Any) -> None:
     p = sub.add_parser("grant", help="least-privilege grants for an application role and a daemon role")
     p.add_argument("--app-role", required=True)
     p.add_argument("--daemon-role", required=True)
+    p.add_argument("--console-role", help="also the operator console's role (created, LOGIN, when missing)")
     p.add_argument("--print-sql", action="store_true", help="print the statements instead of running them")
     p.set_defaults(func=cmd_grant)
 

@@ -29,3 +29,6 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON email_batches TO :"daemon_role";
 GRANT SELECT, INSERT, UPDATE, DELETE ON email_transport_limits, email_transport_usage TO :"daemon_role";
 -- Daemon processes, for instant recovery on the same host (schema 13).
 GRANT SELECT, INSERT, UPDATE, DELETE ON email_daemon_processes TO :"daemon_role";
+-- The operator console's users (`outbox-mailer console-user`) and what operators did (schema 17).
+GRANT SELECT, INSERT, DELETE ON email_console_users TO :"daemon_role";
+GRANT SELECT, INSERT ON email_operator_actions TO :"daemon_role";

@@ -10,7 +10,9 @@ from tests.e2e.conftest import Installed, base_env, wheel_names
 def test_wheel_contains_migrations_and_queries(installed: Installed) -> None:
     names = wheel_names(installed.wheel)
     assert "outbox_mailer/migrations/0001_email_deliveries.sql" in names
-    assert "outbox_mailer/queries.sql" in names
+    assert "outbox_mailer/queries.sql" in names and "outbox_mailer/console_queries.sql" in names
+    assert "outbox_mailer/console/templates/email.html" in names and "outbox_mailer/console/static/refresh.js" in names
+    assert "outbox_mailer/migrations/grants/console_role.sql" in names
 
 
 def test_migrate_from_the_installed_wheel(installed: Installed, empty_db_url: str) -> None:
@@ -24,9 +26,9 @@ def test_migrate_from_the_installed_wheel(installed: Installed, empty_db_url: st
                              "SELECT string_agg(tablename, ',' ORDER BY tablename) FROM pg_tables "
                              "WHERE schemaname = 'public'"], capture_output=True, text=True, check=True)
     assert tables.stdout.strip() == (
-        "email_batches,email_daemon_processes,email_deliveries,email_delivery_attempts,email_delivery_events,email_queue,"
-        "email_suppressions,email_transport_limits,email_transport_usage,email_webhook_tokens,"
-        "outbox_mailer_migrations")
+        "email_batches,email_console_users,email_daemon_processes,email_deliveries,email_delivery_attempts,"
+        "email_delivery_events,email_operator_actions,email_queue,email_suppressions,email_transport_limits,"
+        "email_transport_usage,email_webhook_tokens,outbox_mailer_migrations")
 
 
 def test_print_sql_needs_no_database(installed: Installed) -> None:

@@ -42,7 +42,7 @@ def directives(path: Path) -> dict[str, list[str]]:
 def checkable_copy(unit: str, directory: Path) -> Path:
     """The unit, named as systemd would load it, with ExecStart pointing at a binary that exists here."""
     text = (UNITS / unit).read_text()
-    verb = "webhooks" if "webhooks" in unit else "run"
+    verb = next((v for v in ("webhooks", "console") if v in unit), "run")
     installed = INSTALLED_EXEC.replace(" run", f" {verb}")
     assert text.count(f"ExecStart={installed}\n") == 1
     script = Path(sys.executable).parent / "outbox-mailer"
@@ -53,8 +53,12 @@ def checkable_copy(unit: str, directory: Path) -> Path:
     return copy
 
 
+ALL_UNITS = ["outbox-mailer.service", "outbox-mailer@.service", "outbox-mailer-webhooks.service",
+             "outbox-mailer-console.service"]
+
+
 @needs_systemd_analyze
-@pytest.mark.parametrize("unit", ["outbox-mailer.service", "outbox-mailer@.service", "outbox-mailer-webhooks.service"])
+@pytest.mark.parametrize("unit", ALL_UNITS)
 def test_systemd_analyze_verify_is_silent(unit: str, tmp_path: Path) -> None:
     copy = checkable_copy(unit, tmp_path)
     result = subprocess.run(["systemd-analyze", "verify", str(copy)], capture_output=True, text=True, timeout=60,
@@ -64,7 +68,7 @@ def test_systemd_analyze_verify_is_silent(unit: str, tmp_path: Path) -> None:
 
 
 @needs_systemd_analyze
-@pytest.mark.parametrize("unit", ["outbox-mailer.service", "outbox-mailer@.service", "outbox-mailer-webhooks.service"])
+@pytest.mark.parametrize("unit", ALL_UNITS)
 def test_security_exposure_is_low(unit: str, tmp_path: Path) -> None:
     copy = checkable_copy(unit, tmp_path)
     result = subprocess.run(
@@ -141,9 +145,10 @@ def test_every_credential_names_a_secret_setting(unit: str) -> None:
         assert not source.startswith("/"), source
 
 
-def test_the_webhook_receiver_unit_is_sandboxed_like_the_daemon_and_loads_only_secrets() -> None:
-    hook, daemon = directives(UNITS / "outbox-mailer-webhooks.service"), directives(UNITS / "outbox-mailer.service")
-    assert hook["ExecStart"] == ["/opt/outbox-mailer/venv/bin/outbox-mailer webhooks"]
+@pytest.mark.parametrize("verb", ["webhooks", "console"])
+def test_the_receiver_and_console_units_are_sandboxed_like_the_daemon_and_load_only_secrets(verb: str) -> None:
+    hook, daemon = directives(UNITS / f"outbox-mailer-{verb}.service"), directives(UNITS / "outbox-mailer.service")
+    assert hook["ExecStart"] == [f"/opt/outbox-mailer/venv/bin/outbox-mailer {verb}"]
     assert hook["Type"] == ["notify"] and hook["RestartPreventExitStatus"] == ["2"]
     sandbox = ("DynamicUser", "ProtectSystem", "ProtectHome", "NoNewPrivileges", "CapabilityBoundingSet",
                "PrivateDevices", "RestrictAddressFamilies", "SystemCallFilter", "MemoryDenyWriteExecute",

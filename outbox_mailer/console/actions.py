@@ -1,0 +1,167 @@
+"""What operators change (POST): sign-in and sign-out, retry, cancel and resolve of one email (the CLI's
+own :class:`Store` methods), bulk retry and cancel of a filtered selection, suppressions. Every change
+is a row of email_operator_actions written in its transaction, and a line of the log."""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+import anyio
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+
+from ..clock import utc_now
+from ..errors import InvalidTransition, NotFound
+from ..store.console import SelectionChanged
+from ..suppression import REASONS, normal_address
+from .app import COOKIE, Console, Refused, checked_form, email_key, key_url, path_segments, with_query
+from .auth import REFUSE_AFTER, SLOW_AFTER, SLOW_SECONDS, Session, verify_password
+from .filters import Malformed, parse_count, parse_filter
+
+log = logging.getLogger("outbox_mailer")
+EXPIRY_DAYS_MAX = 3650
+
+
+# ---- signing in and out
+
+
+async def login_page(request: Request) -> Response:
+    console: Console = request.app.state.console
+    session, new = await console.session_of(request)
+    if session is not None and session.user is not None:
+        return RedirectResponse("/", status_code=303)
+    if session is None:
+        session, new = console.sessions.start(None, None), True
+    response = console.page(request, "login.html", session, error=None)
+    if new:
+        console.set_cookie(response, session)
+    return response
+
+
+async def login(request: Request) -> Response:
+    console: Console = request.app.state.console
+    session = console.sessions.get(request.cookies.get(COOKIE))
+    try:
+        form = await checked_form(request, session, operator=False)
+    except Refused as exc:
+        return console.page(request, "error.html", None, exc.status, message=exc.message)
+    assert session is not None  # checked_form refuses a request without one
+    user, password = form.get("username"), form.get("password")
+    if not isinstance(user, str) or not isinstance(password, str) or not user or len(user) > 64:
+        return console.page(request, "login.html", session, 400, error="Enter a user name and a password.")
+    address = request.client.host if request.client else "-"
+    failures = console.throttle.failures(user, address)
+    if failures >= REFUSE_AFTER:
+        log.warning("console: sign-in refused for %r from %s: too many failures", user, address)
+        return console.page(request, "login.html", session, 429,
+                            error="Too many failed sign-ins. Try again in 15 minutes.")
+    if failures >= SLOW_AFTER:
+        slow = SLOW_SECONDS if console.slow_seconds is None else console.slow_seconds
+        await anyio.sleep(slow * min(failures - SLOW_AFTER + 1, 5))
+    known = await console.store.user(user)
+    if not await verify_password(known["password_hash"] if known else None, password):
+        console.throttle.failed(user, address)
+        log.warning("console: failed sign-in for %r from %s", user, address)
+        return console.page(request, "login.html", session, 401, error="Wrong user name or password.")
+    console.throttle.succeeded(user)
+    console.sessions.end(session.token)
+    signed = console.sessions.start(known["name"], known["role"])  # type: ignore[index]
+    log.info("console: %s signed in (%s) from %s", signed.user, signed.role, address)
+    response = RedirectResponse("/", status_code=303)
+    console.set_cookie(response, signed)
+    return response
+
+
+async def logout(request: Request) -> Response:
+    console: Console = request.app.state.console
+    session = console.sessions.get(request.cookies.get(COOKIE))
+    try:
+        await checked_form(request, session, operator=False)
+    except Refused as exc:
+        return console.page(request, "error.html", None, exc.status, message=exc.message)
+    console.sessions.end(request.cookies.get(COOKIE))
+    response = RedirectResponse("/login", status_code=303)
+    response.delete_cookie(COOKIE, path="/", httponly=True, samesite="strict", secure=console.secure_cookie)
+    return response
+
+
+# ---- one email
+
+
+async def email_action(request: Request, console: Console, session: Session) -> Response:
+    form = await checked_form(request, session)
+    segments = path_segments(request, "/emails/")
+    if len(segments) != 2 or segments[1] not in ("retry", "cancel", "resolve"):
+        raise Refused(404, "no such action")
+    key, action = email_key(request, segments), segments[1]
+    store, actor = console.store, session.user
+    try:
+        if action == "retry":
+            rows = await store.status([key])
+            if not rows:
+                raise NotFound(key)
+            tries = rows[0]["max_attempts"] or console.settings.max_attempts  # as `retry KEY` does
+            await store.retry(key, tries, actor=actor)
+        elif action == "cancel":
+            await store.cancel(key, actor=actor)
+        else:
+            outcome = form.get("as")
+            if outcome not in ("sent", "failed"):
+                raise Malformed("as: sent or failed")
+            await store.resolve(key, str(outcome), actor=actor)
+    except NotFound:
+        raise Refused(404, f"No email has the dedupe key {key!r}.") from None
+    except InvalidTransition as exc:
+        raise Refused(409, f"Nothing was done: {exc}") from None
+    log.info("console: %s did %s on %r", actor, action, key)
+    back = "/in-doubt" if form.get("back") == "in-doubt" else with_query(key_url(key), f"done={action}")
+    return RedirectResponse(back, status_code=303)
+
+
+async def bulk(request: Request, console: Console, session: Session) -> Response:
+    form = await checked_form(request, session)
+    action = "retry" if request.url.path.endswith("retry") else "cancel"
+    fields = {k: v for k, v in form.items() if isinstance(v, str)}
+    f = parse_filter(fields)
+    expected = parse_count(fields.get("expected_count"))
+    try:
+        keys = await console.store.bulk(f, console.settings.default_transport, action, expected=expected,
+                                        actor=session.user or "-", default_attempts=console.settings.max_attempts)
+    except SelectionChanged as exc:
+        raise Refused(409, f"{exc}. Look at the list again and confirm the new count.") from None
+    log.info("console: %s did bulk %s on %d emails", session.user, action, len(keys))
+    return console.page(request, "bulk_done.html", session, action=action, keys=keys)
+
+
+# ---- suppressions
+
+
+async def suppress(request: Request, console: Console, session: Session) -> Response:
+    form = await checked_form(request, session)
+    raw, reason, days = form.get("address"), form.get("reason") or "manual", form.get("expires_days") or ""
+    if not isinstance(raw, str) or reason not in REASONS or not isinstance(days, str):
+        raise Malformed("address, reason (one of " + ", ".join(REASONS) + ") and expires_days")
+    try:
+        address = normal_address(raw)
+    except ValueError as exc:
+        raise Malformed(f"address: {exc}") from None
+    expires = None
+    if days:
+        if not days.isdigit() or not 1 <= int(days) <= EXPIRY_DAYS_MAX:
+            raise Malformed(f"expires_days: a whole number of days from 1 to {EXPIRY_DAYS_MAX}, or empty for never")
+        expires = utc_now() + timedelta(days=int(days))
+    await console.store.suppress(address, str(reason), "operator", expires, actor=session.user)
+    log.info("console: %s suppressed %s (%s)", session.user, address, reason)
+    return RedirectResponse("/suppressions", status_code=303)
+
+
+async def unsuppress(request: Request, console: Console, session: Session) -> Response:
+    await checked_form(request, session)
+    segments = path_segments(request, "/suppressions/")
+    if len(segments) != 2 or segments[1] != "delete":
+        raise Refused(404, "no such action")
+    if not await console.store.unsuppress(segments[0], actor=session.user):
+        raise Refused(404, f"{segments[0]} is not suppressed.")
+    log.info("console: %s unsuppressed %s", session.user, segments[0])
+    return RedirectResponse("/suppressions", status_code=303)

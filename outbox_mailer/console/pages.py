@@ -1,0 +1,103 @@
+"""What the console's pages read (GET): the overview, the email list and its bulk confirmation, one
+email and its HTML preview, the in-doubt rows, the suppressions."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from ..store.console import MAX_BULK, EmailFilter
+from .app import Console, Refused, email_key, key_url, path_segments
+from .auth import Session
+from .charts import bar_chart
+from .content import composed_headers, html_preview
+from .filters import EVENTS, STATUSES, cursor_text, filter_params, parse_cursor, parse_filter, query_string
+
+PAGE_ROWS = 50
+NOTICES = {"retry": "Requeued: it is pending again.", "cancel": "Cancelled.", "resolve": "Resolved."}
+LIVE_STATUSES = ("pending", "sending")
+
+
+async def overview(request: Request, console: Console, session: Session) -> Response:
+    data = await console.store.overview(console.settings.default_transport)
+    transports = sorted({c["transport"] for c in data["counts"]})
+    table = {(c["status"], c["transport"]): c["n"] for c in data["counts"]}
+    totals = {s: sum(n for (status, _), n in table.items() if status == s) for s in STATUSES}
+    rates = data["rates"]
+    sent = rates["sent"] or 0
+    return console.page(
+        request, "overview.html", session, statuses=STATUSES, transports=transports, table=table, totals=totals,
+        oldest=data["oldest_due_seconds"], held=data["held"], refresh=10,
+        minutes=bar_chart(data["minutes"], bucket_seconds=60, buckets=60),
+        hours=bar_chart(data["hours"], bucket_seconds=3600, buckets=7 * 24),
+        rates={name: (rates[name], (rates[name] / sent) if sent else None)
+               for name in ("bounces", "hard_bounces", "complaints")}, sent_week=sent)
+
+
+async def emails(request: Request, console: Console, session: Session) -> Response:
+    params = request.query_params
+    f = parse_filter(params)
+    bulk = params.get("bulk")
+    if bulk:
+        return await _confirm_bulk(request, console, session, f, bulk)
+    rows, next_cursor = await console.store.emails(f, console.settings.default_transport,
+                                                   after=parse_cursor(params.get("after")), limit=PAGE_ROWS)
+    next_url = "/emails?" + query_string(f, after=cursor_text(next_cursor)) if next_cursor else None
+    return console.page(request, "emails.html", session, rows=rows, filter=filter_params(f), statuses=STATUSES,
+                        events=EVENTS, next_url=next_url, first_page=not params.get("after"),
+                        retry_url="/emails?" + query_string(f, bulk="retry"),
+                        cancel_url="/emails?" + query_string(f, bulk="cancel"))
+
+
+async def _confirm_bulk(request: Request, console: Console, session: Session, f: EmailFilter,
+                        action: str) -> Response:
+    if action not in ("retry", "cancel"):
+        raise Refused(400, "bulk: retry or cancel")
+    if session.role != "operator":
+        raise Refused(403, "Only operators may do this.")
+    count = await console.store.count_selection(f, console.settings.default_transport, action)  # type: ignore[arg-type]
+    if count > MAX_BULK:
+        raise Refused(400, f"{count} emails match: a bulk action changes at most {MAX_BULK}; narrow the filter.")
+    return console.page(request, "confirm.html", session, action=action, count=count, filter=filter_params(f),
+                        back="/emails?" + query_string(f))
+
+
+async def email(request: Request, console: Console, session: Session) -> Response:
+    segments = path_segments(request, "/emails/")
+    key = email_key(request, segments)
+    if len(segments) == 2 and segments[1] == "html":
+        row = await console.store.email(key)
+        if row is None or row["html_body"] is None:
+            raise Refused(404, "no HTML body")
+        return html_preview(row["html_body"], remote=request.query_params.get("remote") == "1")
+    if len(segments) != 1 or not key:
+        raise Refused(404, "no such page")
+    row = await console.store.email(key)
+    if row is None:
+        raise Refused(404, f"No email has the dedupe key {key!r}.")
+    attempts = await console.store.attempts(row["id"])
+    events = await console.store.events_of(key)
+    actions = await console.store.actions_of(key)
+    return console.page(
+        request, "email.html", session, row=row, attempts=attempts, events=events, actions=actions,
+        headers=composed_headers(row, console.settings), notice=NOTICES.get(request.query_params.get("done", "")),
+        remote=request.query_params.get("remote") == "1", url=key_url(key),
+        refresh=2 if row["status"] in LIVE_STATUSES else 10)
+
+
+async def in_doubt(request: Request, console: Console, session: Session) -> Response:
+    f = EmailFilter(status="in_doubt", oldest_first=True)
+    rows, next_cursor = await console.store.emails(f, console.settings.default_transport,
+                                                   after=parse_cursor(request.query_params.get("after")),
+                                                   limit=PAGE_ROWS)
+    next_url = "/in-doubt?after=" + cursor_text(next_cursor) if next_cursor else None
+    return console.page(request, "in_doubt.html", session, rows=rows, next_url=next_url, refresh=10)
+
+
+async def suppressions(request: Request, console: Console, session: Session) -> Response:
+    search = request.query_params.get("q", "")
+    if len(search) > 320:
+        raise Refused(400, "q: at most 320 characters")
+    rows = await console.store.search_suppressions(search, 200)
+    return console.page(request, "suppressions.html", session, rows=rows, q=search,
+                        reasons=("manual", "hard_bounce", "complaint", "unsubscribe"))
