@@ -52,10 +52,17 @@ SET status = 'cancelled', last_error = 'cancelled by operator', updated_at = now
 WHERE id = ANY ($1::bigint[]) AND status = 'pending'
 RETURNING dedupe_key;
 
--- name: console_counts
--- Rows by status and transport ($1: the name of the default transport, for rows whose transport is null).
-SELECT status, coalesce(transport, $1) AS transport, count(*) AS n
+-- name: console_census
+-- Rows by status and transport ($1: the name of the default transport, for rows whose transport is null), with the ids of up to $2 in_doubt rows: one scan of the table, made by the console at most once a minute while it is used (console/census.py).
+SELECT status, coalesce(transport, $1) AS transport, count(*) AS n,
+       (array_agg(id ORDER BY id DESC) FILTER (WHERE status = 'in_doubt'))[1:$2] AS in_doubt_ids
 FROM email_deliveries GROUP BY 1, 2 ORDER BY 2, 1;
+
+-- name: console_queue_counts
+-- Rows waiting now by transport ($1: the default transport's name): pending (not claimed) and sending (claimed), from the queue.
+SELECT coalesce(transport, $1) AS transport, CASE WHEN claimed_at IS NULL THEN 'pending' ELSE 'sending' END AS status,
+       count(*) AS n
+FROM email_queue GROUP BY 1, 2;
 
 -- name: console_oldest_due
 -- Seconds since the oldest row due now became due (null: none is due), from the queue.
@@ -77,7 +84,7 @@ WHERE finished_at >= now() - make_interval(secs => $2)
 GROUP BY 1 ORDER BY 1;
 
 -- name: console_event_rates
--- Bounces and complaints over the last $1 seconds against emails sent then.
+-- Emails sent over the last $1 seconds (attempts), and the bounces and complaints received then.
 SELECT (SELECT count(*) FROM email_delivery_attempts
         WHERE outcome = 'sent' AND finished_at >= now() - make_interval(secs => $1)) AS sent,
        count(*) FILTER (WHERE kind = 'bounced' AND bounce_class = 'hard') AS hard_bounces,

@@ -30,6 +30,7 @@ class ConsoleSettings(BaseModel):
     proxy_role: Literal["viewer", "operator"] = "viewer"  # the role of a proxy user not in email_console_users
     session_seconds: float = Field(default=8 * HOUR, ge=60, le=WEEK)  # a session ends this long after sign-in
     idle_seconds: float = Field(default=HOUR, ge=60, le=WEEK)  # ... or after this long without a request
+    census_seconds: float = Field(default=60, ge=0, le=HOUR)  # counts by status need a whole-table scan: at most this often; 0: every request
 
     @field_validator("address")
     @classmethod

@@ -76,10 +76,11 @@ class Client:
 async def served_console(db_url: str, *, users: tuple[tuple[str, str], ...] = (("olga", "operator"),
                                                                              ("victor", "viewer")),
                          console: dict[str, Any] | None = None, **settings: Any) -> AsyncIterator[Served]:
-    """``console``: console settings beside the address; ``settings``: the others."""
+    """``console``: console settings beside the address (a census on every request unless given);
+    ``settings``: the others."""
     address = f"127.0.0.1:{free_port()}"
     values: dict[str, Any] = {"database_url": db_url, "default_from": "App <app@example.com>",
-                              "console": {"address": address, **(console or {})}}
+                              "console": {"address": address, "census_seconds": 0, **(console or {})}}
     values.update(settings)
     store = await ConsoleStore.open(db_url)
     try:
@@ -90,3 +91,4 @@ async def served_console(db_url: str, *, users: tuple[tuple[str, str], ...] = ((
             yield Served(f"http://{host}:{port}", store, app)
     finally:
         await store.close()
+

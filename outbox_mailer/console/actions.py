@@ -15,7 +15,16 @@ from ..clock import utc_now
 from ..errors import InvalidTransition, NotFound
 from ..store.console import SelectionChanged
 from ..suppression import REASONS, normal_address
-from .app import COOKIE, Console, Refused, checked_form, email_key, key_url, path_segments, with_query
+from .app import (
+    COOKIE,
+    Console,
+    Refused,
+    checked_form,
+    email_key,
+    key_url,
+    path_segments,
+    with_query,
+)
 from .auth import REFUSE_AFTER, SLOW_AFTER, SLOW_SECONDS, Session, verify_password
 from .filters import Malformed, parse_count, parse_filter
 
@@ -114,6 +123,7 @@ async def email_action(request: Request, console: Console, session: Session) -> 
         raise Refused(404, f"No email has the dedupe key {key!r}.") from None
     except InvalidTransition as exc:
         raise Refused(409, f"Nothing was done: {exc}") from None
+    console.census.expire()
     log.info("console: %s did %s on %r", actor, action, key)
     back = "/in-doubt" if form.get("back") == "in-doubt" else with_query(key_url(key), f"done={action}")
     return RedirectResponse(back, status_code=303)
@@ -130,6 +140,7 @@ async def bulk(request: Request, console: Console, session: Session) -> Response
                                         actor=session.user or "-", default_attempts=console.settings.max_attempts)
     except SelectionChanged as exc:
         raise Refused(409, f"{exc}. Look at the list again and confirm the new count.") from None
+    console.census.expire()
     log.info("console: %s did bulk %s on %d emails", session.user, action, len(keys))
     return console.page(request, "bulk_done.html", session, action=action, keys=keys)
 

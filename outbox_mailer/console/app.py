@@ -20,14 +20,28 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 from starlette.applications import Starlette
 from starlette.datastructures import FormData
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.responses import (
+    HTMLResponse,
+    PlainTextResponse,
+    RedirectResponse,
+    Response,
+)
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from ..config import Settings
 from ..config_checks import parse_listen_address
 from ..store.console import ConsoleStore
-from .auth import LoginThrottle, Session, Sessions, csrf_matches, is_loopback, proxy_user, same_origin
+from .auth import (
+    LoginThrottle,
+    Session,
+    Sessions,
+    csrf_matches,
+    is_loopback,
+    proxy_user,
+    same_origin,
+)
+from .census import Census
 from .filters import Malformed
 
 log = logging.getLogger("outbox_mailer")
@@ -52,6 +66,7 @@ class Console:
         self.settings, self.store = settings, store
         cfg = settings.console
         self.sessions = Sessions(cfg.session_seconds, cfg.idle_seconds)
+        self.census = Census(store, settings.default_transport, cfg.census_seconds)
         self.throttle = LoginThrottle()
         self.slow_seconds = slow_seconds  # None: auth.SLOW_SECONDS (tests shorten it)
         self.networks = cfg.proxy_networks()

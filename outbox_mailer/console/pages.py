@@ -11,7 +11,15 @@ from .app import Console, Refused, email_key, key_url, path_segments
 from .auth import Session
 from .charts import bar_chart
 from .content import composed_headers, html_preview
-from .filters import EVENTS, STATUSES, cursor_text, filter_params, parse_cursor, parse_filter, query_string
+from .filters import (
+    EVENTS,
+    STATUSES,
+    cursor_text,
+    filter_params,
+    parse_cursor,
+    parse_filter,
+    query_string,
+)
 
 PAGE_ROWS = 50
 NOTICES = {"retry": "Requeued: it is pending again.", "cancel": "Cancelled.", "resolve": "Resolved."}
@@ -19,17 +27,19 @@ LIVE_STATUSES = ("pending", "sending")
 
 
 async def overview(request: Request, console: Console, session: Session) -> Response:
-    data = await console.store.overview(console.settings.default_transport)
-    transports = sorted({c["transport"] for c in data["counts"]})
-    table = {(c["status"], c["transport"]): c["n"] for c in data["counts"]}
+    census = await console.census.read()
+    live = await console.store.live(console.settings.default_transport)
+    table = {(c["status"], c["transport"]): c["n"] for c in census.counts if c["status"] not in LIVE_STATUSES}
+    table.update({(c["status"], c["transport"]): c["n"] for c in live["queue"]})  # waiting rows: live
+    transports = sorted({transport for _, transport in table})
     totals = {s: sum(n for (status, _), n in table.items() if status == s) for s in STATUSES}
-    rates = data["rates"]
+    rates = census.rates
     sent = rates["sent"] or 0
     return console.page(
         request, "overview.html", session, statuses=STATUSES, transports=transports, table=table, totals=totals,
-        oldest=data["oldest_due_seconds"], held=data["held"], refresh=10,
-        minutes=bar_chart(data["minutes"], bucket_seconds=60, buckets=60),
-        hours=bar_chart(data["hours"], bucket_seconds=3600, buckets=7 * 24),
+        oldest=live["oldest_due_seconds"], held=live["held"], refresh=10, census_at=census.taken_at,
+        minutes=bar_chart(census.minutes, bucket_seconds=60, buckets=60),
+        hours=bar_chart(census.hours, bucket_seconds=3600, buckets=7 * 24),
         rates={name: (rates[name], (rates[name] / sent) if sent else None)
                for name in ("bounces", "hard_bounces", "complaints")}, sent_week=sent)
 
@@ -40,11 +50,12 @@ async def emails(request: Request, console: Console, session: Session) -> Respon
     bulk = params.get("bulk")
     if bulk:
         return await _confirm_bulk(request, console, session, f, bulk)
-    rows, next_cursor = await console.store.emails(f, console.settings.default_transport,
-                                                   after=parse_cursor(params.get("after")), limit=PAGE_ROWS)
-    next_url = "/emails?" + query_string(f, after=cursor_text(next_cursor)) if next_cursor else None
-    return console.page(request, "emails.html", session, rows=rows, filter=filter_params(f), statuses=STATUSES,
-                        events=EVENTS, next_url=next_url, first_page=not params.get("after"),
+    ids = (await console.census.read()).in_doubt_ids if f.status == "in_doubt" else None
+    page = await console.store.emails(f, console.settings.default_transport, after=parse_cursor(params.get("after")),
+                                      limit=PAGE_ROWS, in_doubt_ids=ids)
+    next_url = "/emails?" + query_string(f, after=cursor_text(page.after)) if page.after else None
+    return console.page(request, "emails.html", session, rows=page.rows, filter=filter_params(f), statuses=STATUSES,
+                        events=EVENTS, next_url=next_url, first_page=not params.get("after"), searched=page.searched,
                         retry_url="/emails?" + query_string(f, bulk="retry"),
                         cancel_url="/emails?" + query_string(f, bulk="cancel"))
 
@@ -86,12 +97,14 @@ async def email(request: Request, console: Console, session: Session) -> Respons
 
 
 async def in_doubt(request: Request, console: Console, session: Session) -> Response:
-    f = EmailFilter(status="in_doubt", oldest_first=True)
-    rows, next_cursor = await console.store.emails(f, console.settings.default_transport,
-                                                   after=parse_cursor(request.query_params.get("after")),
-                                                   limit=PAGE_ROWS)
-    next_url = "/in-doubt?after=" + cursor_text(next_cursor) if next_cursor else None
-    return console.page(request, "in_doubt.html", session, rows=rows, next_url=next_url, refresh=10)
+    census = await console.census.read()
+    page = await console.store.emails(EmailFilter(status="in_doubt", oldest_first=True),
+                                      console.settings.default_transport,
+                                      after=parse_cursor(request.query_params.get("after")), limit=PAGE_ROWS,
+                                      in_doubt_ids=census.in_doubt_ids)
+    next_url = "/in-doubt?after=" + cursor_text(page.after) if page.after else None
+    return console.page(request, "in_doubt.html", session, rows=page.rows, next_url=next_url, refresh=10,
+                        census_at=census.taken_at)
 
 
 async def suppressions(request: Request, console: Console, session: Session) -> Response:

@@ -3,7 +3,12 @@ bulk actions. Single-row actions and suppressions are :class:`Store`'s and :clas
 the code the CLI runs, with an ``actor`` that records them in email_operator_actions.
 
 The email list's WHERE clause is put together here from fixed pieces; every value the console got
-from a URL or a form is a parameter ($n), never text of the statement.
+from a URL or a form is a parameter ($n), never text of the statement. No index of email_deliveries
+may name a column the daemon changes (status among them), so a page of the list walks
+email_deliveries_created_idx newest (or oldest) first and stops after ``SCAN_ROWS`` rows: a rare
+status or transport fills its page over several "search older" steps instead of reading the whole
+table at once. The recipient filter reads its own index (schema 18); ``in_doubt`` rows are found
+by the ids the console's census collected (console/census.py), their status checked again here.
 """
 
 from __future__ import annotations
@@ -18,8 +23,19 @@ from ..queries import sql
 from .events import EventStore
 
 MAX_BULK = 10_000  # rows one bulk action may change (one transaction; narrow the filter for more)
+SCAN_ROWS = 10_000  # rows of email_deliveries one page of a filtered list reads at most
 RETRYABLE = ("failed", "cancelled", "in_doubt")
 BulkAction = Literal["retry", "cancel"]
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """A page of the email list; ``after``: where the next starts (None: this is the last). ``searched``:
+    when not 0, the page holds every match among the ``searched`` rows it read, and the next reads on."""
+
+    rows: list[dict[str, Any]]
+    after: tuple[datetime, int] | None
+    searched: int = 0
 
 
 class SelectionChanged(DatabaseError):
@@ -36,7 +52,7 @@ class EmailFilter:
 
     status: str | None = None
     transport: str | None = None
-    recipient: str | None = None  # a part of any To, Cc or Bcc address, any case
+    recipient: str | None = None  # a To, Cc or Bcc address (its addr-spec, any case)
     key: str | None = None  # a dedupe-key prefix
     created_after: datetime | None = None
     created_before: datetime | None = None
@@ -52,26 +68,36 @@ def like_contains(text: str) -> str:
     return "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
 
 
-def _where(f: EmailFilter, default_transport: str, params: list[Any]) -> list[str]:
-    def p(value: Any) -> str:
-        params.append(value)
-        return f"${len(params)}"
+class _Params(list[Any]):
+    def __call__(self, value: Any) -> str:
+        """``value`` as the statement's next parameter; its placeholder."""
+        self.append(value)
+        return f"${len(self)}"
 
+
+def _range(f: EmailFilter, p: _Params) -> list[str]:
+    """The conditions on created_at, which email_deliveries_created_idx answers."""
+    conds = []
+    if f.created_after is not None:
+        conds.append(f"d.created_at >= {p(f.created_after)}")
+    if f.created_before is not None:
+        conds.append(f"d.created_at < {p(f.created_before)}")
+    return conds
+
+
+def _matches(f: EmailFilter, default_transport: str, p: _Params) -> list[str]:
+    """The other conditions, tested on each row the walk reads (the recipient's has its index)."""
     conds = []
     if f.status is not None:
         conds.append(f"d.status = {p(f.status)}")
     if f.transport is not None:
         conds.append(f"(d.transport = {p(f.transport)}"
                      + (" OR d.transport IS NULL)" if f.transport == default_transport else ")"))
-    if f.recipient is not None:
-        conds.append(f"array_to_string(d.to_addresses || d.cc_addresses || d.bcc_addresses, ' ') ILIKE "
-                     f"{p(like_contains(f.recipient))}")
+    if f.recipient is not None:  # the expression of email_deliveries_recipients_idx
+        conds.append(f"email_recipient_keys(d.to_addresses, d.cc_addresses, d.bcc_addresses) @> "
+                     f"ARRAY[lower(btrim({p(f.recipient)}))]")
     if f.key is not None:
         conds.append(f"starts_with(d.dedupe_key, {p(f.key)})")
-    if f.created_after is not None:
-        conds.append(f"d.created_at >= {p(f.created_after)}")
-    if f.created_before is not None:
-        conds.append(f"d.created_at < {p(f.created_before)}")
     if f.event is not None:
         conds.append(f"d.delivery_event = {p(f.event)}")
     return conds
@@ -107,49 +133,65 @@ class ConsoleStore(EventStore):
     # ---- the email list
 
     async def emails(self, f: EmailFilter, default_transport: str, *, after: tuple[datetime, int] | None,
-                     limit: int) -> tuple[list[dict[str, Any]], tuple[datetime, int] | None]:
-        """One page of the filtered list, newest (or oldest) first, after the keyset ``after``;
-        the keyset of the next page (None: this is the last)."""
-        params: list[Any] = []
-        conds = _where(f, default_transport, params)
+                     limit: int, in_doubt_ids: list[int] | None = None) -> Page:
+        """One page of the filtered list, newest (or oldest) first, after the keyset ``after``.
+        ``in_doubt_ids``: the candidates of a status=in_doubt filter (the census's)."""
+        direction, beyond = ("ASC", ">") if f.oldest_first else ("DESC", "<")
+        order = f"ORDER BY d.created_at {direction}, d.id {direction}"
+        p = _Params()
+        walk = _range(f, p)
         if after is not None:
-            params += list(after)
-            conds.append(f"(d.created_at, d.id) {'>' if f.oldest_first else '<'} (${len(params) - 1}, ${len(params)})")
-        direction = "ASC" if f.oldest_first else "DESC"
-        params.append(limit + 1)
-        query = (f"SELECT {LIST_COLUMNS} FROM email_deliveries d"
-                 + (" WHERE " + " AND ".join(conds) if conds else "")
-                 + f" ORDER BY d.created_at {direction}, d.id {direction} LIMIT ${len(params)}")
+            walk.append(f"(d.created_at, d.id) {beyond} ({p(after[0])}, {p(after[1])})")
+        walked = len(p)
+        rest = [f"d.id = ANY({p(in_doubt_ids)}::bigint[])"] if f.status == "in_doubt" and in_doubt_ids is not None \
+            else []
+        narrowed = bool(rest) or f.recipient is not None
+        rest += _matches(f, default_transport, p)
+        limit_at = p(limit + 1)
+        bounded = bool(rest) and not narrowed
+        walk_sql = (" WHERE " + " AND ".join(walk) if walk else "")
+        if bounded:  # a window of SCAN_ROWS rows along created_at, filtered
+            window = f"SELECT {LIST_COLUMNS} FROM email_deliveries d{walk_sql} {order} LIMIT {SCAN_ROWS}"
+            query = f"SELECT * FROM ({window}) d WHERE {' AND '.join(rest)} {order} LIMIT {limit_at}"
+        else:
+            query = (f"SELECT {LIST_COLUMNS} FROM email_deliveries d"
+                     + (" WHERE " + " AND ".join(walk + rest) if walk + rest else "") + f" {order} LIMIT {limit_at}")
         async with self._conn() as conn:
-            rows = [dict(r) for r in await conn.fetch(query, *params)]
-        more = rows[limit:]
-        rows = rows[:limit]
-        return rows, ((rows[-1]["created_at"], rows[-1]["id"]) if more else None)
+            rows = [dict(r) for r in await conn.fetch(query, *p)]
+            if len(rows) > limit:
+                return Page(rows[:limit], (rows[limit - 1]["created_at"], rows[limit - 1]["id"]))
+            if not bounded:
+                return Page(rows, None)
+            # the window's last row, and whether any lies beyond it
+            edge = await conn.fetch(f"SELECT d.created_at, d.id FROM email_deliveries d{walk_sql} {order} "
+                                    f"OFFSET {SCAN_ROWS - 1} LIMIT 2", *p[:walked])
+        if len(edge) < 2:
+            return Page(rows, None)
+        return Page(rows, (edge[0]["created_at"], edge[0]["id"]), SCAN_ROWS)
 
-    def _selection(self, f: EmailFilter, default_transport: str, action: BulkAction,
-                   params: list[Any]) -> str:
-        conds = _where(f, default_transport, params)
+    def _selection(self, f: EmailFilter, default_transport: str, action: BulkAction, p: _Params) -> str:
+        conds = _range(f, p) + _matches(f, default_transport, p)
         conds.append("d.status IN ('failed', 'cancelled', 'in_doubt')" if action == "retry" else "d.status = 'pending'")
         return "FROM email_deliveries d WHERE " + " AND ".join(conds)
 
     async def count_selection(self, f: EmailFilter, default_transport: str, action: BulkAction) -> int:
         """How many rows of the filter a bulk ``action`` would change (retry: failed, cancelled or
         in_doubt ones; cancel: pending ones)."""
-        params: list[Any] = []
-        query = f"SELECT count(*) {self._selection(f, default_transport, action, params)}"
+        p = _Params()
+        query = f"SELECT count(*) {self._selection(f, default_transport, action, p)}"
         async with self._conn() as conn:
-            return int(await conn.fetchval(query, *params))
+            return int(await conn.fetchval(query, *p))
 
     async def bulk(self, f: EmailFilter, default_transport: str, action: BulkAction, *, expected: int,
                    actor: str, default_attempts: int) -> list[str]:
         """Retry or cancel every row of the selection, in one transaction, when it still holds
         ``expected`` rows (:class:`SelectionChanged` otherwise, and nothing is done); each row's
         action is a row of email_operator_actions. Returns the keys changed."""
-        params: list[Any] = []
-        select = f"SELECT d.id {self._selection(f, default_transport, action, params)} ORDER BY d.id FOR UPDATE"
+        p = _Params()
+        select = f"SELECT d.id {self._selection(f, default_transport, action, p)} ORDER BY d.id FOR UPDATE"
         detail = json.dumps({"bulk": True, "count": expected, "filter": _described(f)})
         async with self._conn() as conn, conn.transaction():
-            ids = [r["id"] for r in await conn.fetch(select, *params)]
+            ids = [r["id"] for r in await conn.fetch(select, *p)]
             if len(ids) != expected:
                 raise SelectionChanged(expected, len(ids))
             if action == "retry":
@@ -172,16 +214,28 @@ class ConsoleStore(EventStore):
 
     # ---- the overview
 
-    async def overview(self, default_transport: str) -> dict[str, Any]:
+    async def census(self, default_transport: str, max_ids: int) -> list[dict[str, Any]]:
+        """Rows by status and transport, with the ids of up to ``max_ids`` in_doubt rows: one scan of
+        the whole table (console/census.py decides how often)."""
         async with self._conn() as conn:
-            counts = [dict(r) for r in await conn.fetch(sql("console_counts"), default_transport)]
+            return [dict(r) for r in await conn.fetch(sql("console_census"), default_transport, max_ids)]
+
+    async def outcomes(self, bucket_seconds: int, since_seconds: int) -> list[dict[str, Any]]:
+        async with self._conn() as conn:
+            return [dict(r) for r in await conn.fetch(sql("console_outcomes"), bucket_seconds, since_seconds)]
+
+    async def event_rates(self, since_seconds: int) -> dict[str, Any]:
+        async with self._conn() as conn:
+            return dict(await conn.fetchrow(sql("console_event_rates"), since_seconds))
+
+    async def live(self, default_transport: str) -> dict[str, Any]:
+        """What the overview reads on every request: the queue by transport, the oldest due row's
+        age, the transports held back."""
+        async with self._conn() as conn:
+            queue = [dict(r) for r in await conn.fetch(sql("console_queue_counts"), default_transport)]
             oldest = await conn.fetchval(sql("console_oldest_due"))
             held = [dict(r) for r in await conn.fetch(sql("console_held"))]
-            minutes = [dict(r) for r in await conn.fetch(sql("console_outcomes"), 60, 3600)]
-            hours = [dict(r) for r in await conn.fetch(sql("console_outcomes"), 3600, 7 * 86_400)]
-            rates = dict(await conn.fetchrow(sql("console_event_rates"), 7 * 86_400))
-        return {"counts": counts, "oldest_due_seconds": oldest, "held": held, "minutes": minutes, "hours": hours,
-                "rates": rates}
+        return {"queue": queue, "oldest_due_seconds": oldest, "held": held}
 
     async def search_suppressions(self, text: str, limit: int) -> list[dict[str, Any]]:
         async with self._conn() as conn:

@@ -18,6 +18,7 @@ from outbox_mailer.delivery import Transport
 from outbox_mailer.metrics import Metrics
 from outbox_mailer.store import Store
 from outbox_mailer.transports.smtp import SmtpTransport
+from tests.console_harness import Client, served_console
 from tests.smtp_server import (
     SmtpTestServer,
     smtp_server,  # noqa: F401  (fixture)
@@ -131,3 +132,13 @@ async def metered_daemon(settings: Settings) -> AsyncIterator[MeteredDaemon]:
                 daemon.stop()
     finally:
         await transport.aclose()
+
+
+@pytest.fixture
+async def operator(db_url: str) -> AsyncIterator[Client]:
+    """A client signed in as the operator olga, on a console over the test's database (tests/console_harness.py)."""
+    async with served_console(db_url) as served:
+        client = served.client()
+        await client.login("olga")
+        yield client
+        await client.aclose()

@@ -7,13 +7,12 @@ from __future__ import annotations
 import html
 import json
 import re
-from collections.abc import AsyncIterator
 from urllib.parse import quote
 
 import pytest
 
 from outbox_mailer.console.app import key_url
-from tests.console_harness import Client, served_console
+from tests.console_harness import Client
 from tests.integration.conftest import insert
 from tests.sql_store import SqlStore
 
@@ -21,15 +20,6 @@ pytestmark = pytest.mark.anyio
 
 HOSTILE_KEYS = ("a/b", "100%", "what?x=1", "frag#ment", "two words", "ключ-é-✉", "..", ".", "~", "a/../b", "%2F", "+plus",
                 "&amp;<x>")
-
-
-@pytest.fixture
-async def operator(db_url: str) -> AsyncIterator[Client]:
-    async with served_console(db_url) as served:
-        client = served.client()
-        await client.login("olga")
-        yield client
-        await client.aclose()
 
 
 def keys_on(page: str) -> list[str]:
@@ -90,7 +80,7 @@ async def test_filters_combine_and_pages_walk_every_row_once(operator: Client, s
     assert seen == [f"order-{i:03}" for i in reversed(range(120))]  # newest first, each once
     oldest = keys_on((await operator.get("/emails?order=oldest")).text)
     assert oldest[:3] == ["order-000", "order-001", "order-002"]
-    both = keys_on((await operator.get("/emails?status=failed&transport=bulk&recipient=P3%40EXAMPLE")).text)
+    both = keys_on((await operator.get("/emails?status=failed&transport=bulk&recipient=P3%40EXAMPLE.com")).text)
     expected = [f"order-{i:03}" for i in reversed(range(120)) if i % 3 == 0 and i % 2 and i % 7 == 3]
     assert both == expected and expected
     default = keys_on((await operator.get("/emails?transport=smtp&status=failed")).text)
@@ -100,10 +90,10 @@ async def test_filters_combine_and_pages_walk_every_row_once(operator: Client, s
 async def test_filter_text_is_never_sql(operator: Client, store: SqlStore) -> None:
     await insert(store, "plain")
     for query in ("key=%27%20OR%201%3D1%20--", "recipient=%25", "recipient=_", "transport=%27%3B%20DROP%20TABLE%20x",
-                  "key=%25"):
+                  "key=%25", "recipient=to%40example"):
         response = await operator.get("/emails?" + query)
         assert response.status_code == 200 and keys_on(response.text) == [], query
-    assert keys_on((await operator.get("/emails?recipient=to%40example")).text) == ["plain"]
+    assert keys_on((await operator.get("/emails?recipient=TO%40example.com")).text) == ["plain"]
 
 
 async def test_hostile_content_is_escaped_and_the_html_body_is_sandboxed(operator: Client, store: SqlStore) -> None:
