@@ -46,9 +46,11 @@ def cmd_console(args: argparse.Namespace, settings: Settings) -> int:
                     "user (add one: outbox-mailer console-user add NAME --role operator) and no trusted proxy "
                     "(OUTBOX_MAILER_CONSOLE__TRUSTED_PROXY_HEADER and __TRUSTED_PROXIES)", setting=ADDRESS_SETTING)
             log.warning("console: no user yet; add one with `outbox-mailer console-user add NAME --role operator`")
+        console = Console(settings, store)
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-            async with serve_http(build_app(Console(settings, store)), cfg.address,  # type: ignore[arg-type]
+            async with serve_http(build_app(console), cfg.address,  # type: ignore[arg-type]
                                   setting=ADDRESS_SETTING) as (bound_host, port):
+                console.census.start()
                 log.info("console listening on %s:%d (%d users%s)", bound_host, port, len(users),
                          f", trusted proxy header {cfg.trusted_proxy_header}" if cfg.proxy_mode else "")
                 notifier = SystemdNotifier()
@@ -57,6 +59,7 @@ def cmd_console(args: argparse.Namespace, settings: Settings) -> int:
                     log.info("received %s: stopping", signal.Signals(signum).name)
                     notifier.notify("STOPPING=1")
                     break
+                await console.census.stop()
         return EXIT_OK
 
     return run_with_store(settings, go, ConsoleStore)

@@ -31,6 +31,7 @@ from starlette.staticfiles import StaticFiles
 
 from ..config import Settings
 from ..config_checks import parse_listen_address
+from ..errors import DatabaseBusy, DatabaseUnavailable
 from ..store.console import ConsoleStore
 from .auth import (
     LoginThrottle,
@@ -166,6 +167,10 @@ def signed_in(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
             response = console.page(request, "error.html", session, exc.status, message=exc.message)
         except Malformed as exc:
             response = console.page(request, "error.html", session, 400, message=str(exc))
+        except (DatabaseUnavailable, DatabaseBusy) as exc:  # nothing was done; the page says so
+            log.warning("console: %s %s: %s", request.method, request.url.path, exc)
+            response = console.page(request, "error.html", session, 503,
+                                    message="The database cannot answer now; nothing was changed. Try again shortly.")
         if new:
             console.set_cookie(response, session)
         return response

@@ -13,6 +13,7 @@ the held transports (``ConsoleStore.live``). An operator's action asks for a new
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
@@ -52,12 +53,26 @@ class Census:
         """The last census; a new one first when there is none yet (or CENSUS_SECONDS is 0), else one is
         started in the background when this one is older than the interval or was expired."""
         stale = self._expired or self.clock() - self._taken >= self.interval
+        if self._snapshot is None and self._running is not None:
+            await self._running  # the first census, started with the console
         if self._snapshot is None or (stale and self.interval == 0):
             await self._take()
         elif stale and self._running is None:
             self._running = asyncio.get_running_loop().create_task(self._take_in_background())
         assert self._snapshot is not None
         return self._snapshot
+
+    def start(self) -> None:
+        """Take the first census in the background (the console starts it as it starts listening)."""
+        if self._running is None:
+            self._running = asyncio.get_running_loop().create_task(self._take_in_background())
+
+    async def stop(self) -> None:
+        """Cancel a census under way (the console is stopping)."""
+        if self._running is not None:
+            self._running.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._running
 
     def expire(self) -> None:
         """Something changed (an operator's action): the next read starts a new census."""
