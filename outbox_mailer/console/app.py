@@ -96,8 +96,14 @@ class Console:
                     return session, False
                 self.sessions.end(token)
                 known = await self.store.user(user)
-                return self.sessions.start(user, known["role"] if known else cfg.proxy_role), True
-        return self.sessions.get(token), False
+                return self.sessions.start(user, known["role"] if known else cfg.proxy_role, by_proxy=True), True
+        session = self.sessions.get(token)
+        if session is not None and session.user is not None and not session.by_proxy:
+            known = await self.store.user(session.user)  # removed, or given another role, since signing in
+            if known is None or known["role"] != session.role:
+                self.sessions.end(session.token)
+                return None, False
+        return session, False
 
     def set_cookie(self, response: Response, session: Session) -> None:
         response.set_cookie(COOKIE, session.token, httponly=True, samesite="strict", secure=self.secure_cookie,

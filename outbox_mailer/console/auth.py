@@ -5,7 +5,8 @@
   wrong password take the same time and get the same answer.
 * **Sessions** live in the console's memory: a random token in an ``HttpOnly; SameSite=Strict``
   cookie, ended by ``POST /logout``, by ``session_seconds`` after sign-in, by ``idle_seconds``
-  without a request, and by a restart. Signing in replaces the session (no fixation).
+  without a request, by a restart, and at the next request once the user is removed or given
+  another role (each request reads the user's row). Signing in replaces the session (no fixation).
 * **CSRF**: each session, the anonymous one of the login page included, has a token that every
   state-changing form carries as ``csrf_token``; it is compared in constant time, and the
   request's ``Origin`` (or, without one, ``Referer``) must name this host.
@@ -70,6 +71,7 @@ class Session:
     csrf: str
     started: float
     seen: float
+    by_proxy: bool = False  # named by the trusted proxy, not signed in with a password
 
 
 @dataclass
@@ -81,13 +83,13 @@ class Sessions:
     clock: Callable[[], float] = time.monotonic
     _by_token: dict[str, Session] = field(default_factory=dict)
 
-    def start(self, user: str | None, role: str | None) -> Session:
+    def start(self, user: str | None, role: str | None, *, by_proxy: bool = False) -> Session:
         now = self.clock()
         if len(self._by_token) >= MAX_SESSIONS:
             self._expire(now)
             while len(self._by_token) >= MAX_SESSIONS:
                 del self._by_token[next(iter(self._by_token))]
-        session = Session(secrets.token_urlsafe(32), user, role, secrets.token_urlsafe(32), now, now)
+        session = Session(secrets.token_urlsafe(32), user, role, secrets.token_urlsafe(32), now, now, by_proxy)
         self._by_token[session.token] = session
         return session
 

@@ -47,6 +47,18 @@ async def test_sign_in_sets_a_strict_http_only_cookie_and_sign_out_ends_the_sess
     assert (await stale.get("/")).status_code == 303  # the old cookie signs nobody in
 
 
+async def test_removing_a_user_or_changing_its_role_ends_its_sessions(served: Served, store: SqlStore) -> None:
+    olga, victor = served.client(), served.client()
+    await olga.login("olga")
+    await victor.login("victor")
+    assert await served.store.remove_user("olga")
+    assert (await olga.get("/")).status_code == 303  # signed out at once, not at the idle timeout
+    await store.execute("UPDATE email_console_users SET role = 'operator' WHERE name = 'victor'")
+    assert (await victor.get("/")).status_code == 303  # a new role needs a new sign-in
+    assert (await victor.login("victor")).status_code == 303
+    assert "victor (operator)" in (await victor.get("/")).text
+
+
 async def test_wrong_password_and_unknown_user_get_the_same_answer(served: Served) -> None:
     wrong = await served.client().login("olga", "not the password at all")
     nobody = await served.client().login("nobody-here", "not the password at all")
