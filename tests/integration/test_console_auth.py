@@ -7,10 +7,14 @@ import re
 import time
 from collections.abc import AsyncIterator
 
+import httpx
 import pytest
 
+from outbox_mailer.config import Settings
+from outbox_mailer.console.app import Console, build_app
 from outbox_mailer.console.auth import REFUSE_AFTER, SLOW_AFTER, Sessions
-from tests.console_harness import PASSWORD, Served, served_console
+from outbox_mailer.store.console import ConsoleStore
+from tests.console_harness import PASSWORD, Served, password_hash, served_console
 from tests.integration.conftest import insert
 from tests.sql_store import SqlStore
 
@@ -164,3 +168,20 @@ def test_sessions_end_after_idle_time_and_after_their_lifetime() -> None:
     for t in range(25, 121, 5):
         now[0] = t
         assert (sessions.get(b.token) is b) == (t - 20 <= 100)
+
+
+async def test_the_cookie_is_secure_when_the_console_listens_beyond_loopback(db_url: str) -> None:
+    store = await ConsoleStore.open(db_url)
+    try:
+        await store.add_user("olga", "operator", password_hash())
+        settings = Settings(database_url=db_url, console={"address": "0.0.0.0:8025"})
+        base = "https://console.example"
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=build_app(Console(settings, store))),
+                                     base_url=base, headers={"Origin": base}) as client:
+            login = await client.get("/login")
+            assert "Secure" in login.headers["set-cookie"]
+            token = re.search(r'name="csrf_token" value="([^"]+)"', login.text).group(1)  # type: ignore[union-attr]
+            signed = await client.post("/login", data={"username": "olga", "password": PASSWORD, "csrf_token": token})
+            assert signed.status_code == 303 and "Secure" in signed.headers["set-cookie"]
+    finally:
+        await store.close()
