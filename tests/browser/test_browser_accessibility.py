@@ -186,8 +186,6 @@ PAGES = (  # name, URL (after signing in; login: before)
     ("bulk-confirmation", "/emails?status=failed&bulk=retry"),
     ("refused", "/emails?status=bogus"),
 )
-# a pending email's live region is swapped every 2 s, which takes the focus away (the xfail test below)
-NOT_WALKED = {"email-pending"}
 
 
 async def test_every_page_passes_axe_and_tab_reaches_every_control_with_a_visible_focus(
@@ -205,21 +203,17 @@ async def test_every_page_passes_axe_and_tab_reaches_every_control_with_a_visibl
         title = await page.title()
         if "<" in title or not title.endswith(" · outbox-mailer"):
             found.append(f"title {title!r}")
-        if name not in NOT_WALKED:
-            stops = await tab_stops(page)
-            found += [f"no visible focus on {s['tag']} {s['text']!r}" for s in stops
-                      if s["tag"] != "IFRAME" and not (s["outline"] and s["visible"])]  # a frame: its content's
-            controls = await interactive_count(page)
-            if len(stops) < controls:
-                found.append(f"Tab reaches {len(stops)} of {controls} controls")
+        stops = await tab_stops(page)
+        found += [f"no visible focus on {s['tag']} {s['text']!r}" for s in stops
+                  if s["tag"] != "IFRAME" and not (s["outline"] and s["visible"])]  # a frame: its content's
+        controls = await interactive_count(page)
+        if len(stops) < controls:
+            found.append(f"Tab reaches {len(stops)} of {controls} controls")
         if found:
             problems[name] = found
     assert problems == {}
 
 
-@pytest.mark.xfail(strict=True, reason="refresh.js swaps a live region with the focus inside it: the focused button "
-                   "is replaced and the focus falls to the page (to fix in refresh.js: pause while the focus is in a "
-                   "[data-live] element, as it does for form fields, or focus the new copy)")
 async def test_the_live_refresh_keeps_the_keyboard_focus_where_it_is(page: Any, store: SqlStore) -> None:
     await insert(store, "later", scheduled_at=datetime(2100, 1, 1, tzinfo=UTC))  # pending: refreshed every 2 s
     await keyboard_sign_in(page)

@@ -1,13 +1,14 @@
 // Live refresh, the console's only script: every data-refresh seconds, fetch this page again and
 // swap in the new contents of each element marked data-live (matched by id). The pages work
-// without it; it pauses while a form field has the focus, so nothing typed is lost.
+// without it; it pauses while a form field has the focus, so nothing typed is lost, and while
+// the focus is inside a live region, so a keyboard user's button is not swapped away.
 (function () {
   "use strict";
   var seconds = Number(document.body.getAttribute("data-refresh"));
   if (!(seconds > 0)) { return; }
   function busy() {
     var el = document.activeElement;
-    return el && /^(INPUT|SELECT|TEXTAREA)$/.test(el.tagName);
+    return el && (/^(INPUT|SELECT|TEXTAREA)$/.test(el.tagName) || el.closest("[data-live]") !== null);
   }
   function refresh() {
     if (busy() || document.hidden) { return schedule(); }
