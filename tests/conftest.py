@@ -3,11 +3,16 @@ migrated database per test (cloned from a template in a few milliseconds).
 
 Set OUTBOX_MAILER_TEST_DATABASE_URL to use an existing server instead; the
 role needs CREATEDB.
+
+The suite runs in two processes (``-n 2``, pytest-xdist): each starts its own PostgreSQL, and on a
+shared server each has a template of its own. Measured figures (tests/e2e/chaos.py) are collected
+here from the test reports, which reach this process from either worker, for the terminal summary.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import subprocess
 import uuid
@@ -22,7 +27,50 @@ from outbox_mailer.migrations import load_migrations
 from outbox_mailer.pgcluster import TemporaryPostgres
 from outbox_mailer.store import Store
 
-TEMPLATE = "outbox_mailer_template"
+# one template per pytest-xdist worker (gw0, gw1...): with OUTBOX_MAILER_TEST_DATABASE_URL they share a server
+TEMPLATE = "outbox_mailer_template" + (f"_{worker}" if (worker := os.environ.get("PYTEST_XDIST_WORKER")) else "")
+FIGURES_KEYWORD = "outbox_mailer_figures"  # set on a test that records figures (tests/e2e/chaos.py)
+_FIGURES: list[str] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "alone: timing-sensitive; under pytest-xdist no other test runs meanwhile")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    """Under pytest-xdist, a test marked ``alone`` (a rate or latency bound with a tight tolerance) runs
+    while the other worker waits, and every other test shares: a readers-writer lock on files in the
+    run's temp dir, with a turnstile so that a waiting ``alone`` test is not starved. Setup and teardown
+    are inside it."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        yield
+        return
+    shared = item.config._tmp_path_factory.getbasetemp().parent  # type: ignore[attr-defined]  (the run's dir)
+    alone = item.get_closest_marker("alone") is not None
+    with open(shared / "alone.turnstile", "a") as turnstile, open(shared / "alone.lock", "a") as lock:
+        fcntl.flock(turnstile, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        finally:
+            if not alone:
+                fcntl.flock(turnstile, fcntl.LOCK_UN)
+        yield  # both released when the files close
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """The figures a test recorded (its user properties), once it is over; in the main process the
+    reports of both workers arrive here."""
+    if report.when == "teardown" and FIGURES_KEYWORD in report.keywords:
+        test = report.nodeid.rpartition("::")[2]
+        _FIGURES.extend(f"{test}: {name} = {value}" for name, value in report.user_properties)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if _FIGURES:
+        terminalreporter.section("chaos figures")
+        for line in _FIGURES:
+            terminalreporter.write_line(line)
 
 
 @pytest.fixture(scope="session")

@@ -3,8 +3,8 @@
 Every daemon is the installed ``outbox-mailer run`` in its own process group, its
 stdout/stderr in one log file per process. The ``fleet`` fixture kills (by PID) every
 process it started that is still alive at teardown, and prints the tail of each log
-when the test failed. ``figures`` records measured numbers as junit properties, prints
-them, and lists them all in a "chaos figures" section of the terminal summary.
+when the test failed. ``figures`` records measured numbers as junit properties and prints
+them; tests/conftest.py lists them all in a "chaos figures" section of the terminal summary.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import FIGURES_KEYWORD
 from tests.e2e.conftest import Installed, base_env
 
 KEY_HEADER = "X-Test-Key"
@@ -257,36 +258,20 @@ def fleet(installed: Installed, tmp_path: Path, request: pytest.FixtureRequest) 
 # ---- measured figures --------------------------------------------------------------------
 
 
-class _FiguresReport:
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-
-    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        if self.lines:
-            terminalreporter.section("chaos figures")
-            for line in self.lines:
-                terminalreporter.write_line(line)
-
-
 class Figures:
-    def __init__(self, test: str, record: Callable[[str, object], None], report: _FiguresReport) -> None:
-        self.test, self._record, self._report = test, record, report
+    def __init__(self, test: str, record: Callable[[str, object], None]) -> None:
+        self.test, self._record = test, record
 
     def __call__(self, name: str, value: object) -> None:
-        self._record(name, value)
-        line = f"{self.test}: {name} = {value}"
-        print(line)
-        self._report.lines.append(line)
+        # as text: the report carrying it may cross from a pytest-xdist worker, which sends only plain types
+        self._record(name, str(value))
+        print(f"{self.test}: {name} = {value}")
 
 
 @pytest.fixture
 def figures(request: pytest.FixtureRequest, record_property: Callable[[str, object], None]) -> Figures:
-    manager = request.config.pluginmanager
-    report = manager.get_plugin("outbox-mailer-chaos-figures")
-    if report is None:
-        report = _FiguresReport()
-        manager.register(report, "outbox-mailer-chaos-figures")
-    return Figures(request.node.name, record_property, report)
+    request.node.keywords[FIGURES_KEYWORD] = True  # tests/conftest.py lists its properties in the summary
+    return Figures(request.node.name, record_property)
 
 
 sent_count_query = "SELECT count(*) FROM email_deliveries WHERE status = 'sent'"

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -28,13 +30,24 @@ class Installed:
 
 @pytest.fixture(scope="session")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
-    work = tmp_path_factory.mktemp("wheel")
-    subprocess.run([sys.executable, "-m", "build", "--wheel", "--outdir", str(work / "dist"), str(ROOT)],
-                   check=True, capture_output=True, timeout=300)
+    """Built and installed once per run: under pytest-xdist the first worker to get here does it, in
+    the run's temp dir the workers share, and the other waits for it (20 s of build and install)."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        work = tmp_path_factory.getbasetemp().parent / "wheel"  # the run's dir; each worker's is below it
+        work.mkdir(exist_ok=True)
+    else:
+        work = tmp_path_factory.mktemp("wheel")
+    with open(work / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not (work / "done").exists():
+            shutil.rmtree(work / "dist", ignore_errors=True)  # a worker that failed midway left it
+            shutil.rmtree(work / "venv", ignore_errors=True)
+            subprocess.run([sys.executable, "-m", "build", "--wheel", "--outdir", str(work / "dist"), str(ROOT)],
+                           check=True, capture_output=True, timeout=300)
+            install_into_fresh_venv(sys.executable, work / "venv", next((work / "dist").glob("outbox_mailer-*.whl")))
+            (work / "done").touch()
     [wheel] = (work / "dist").glob("outbox_mailer-*.whl")
-    venv = work / "venv"
-    install_into_fresh_venv(sys.executable, venv, wheel)
-    yield Installed(wheel, venv / "bin")
+    yield Installed(wheel, work / "venv" / "bin")
 
 
 def install_into_fresh_venv(python: str, venv: Path, wheel: Path) -> None:

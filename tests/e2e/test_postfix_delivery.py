@@ -34,6 +34,10 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
+from outbox_mailer.addresses import (
+    allow_special_use_domains,
+    special_use_domains_allowed,
+)
 from outbox_mailer.config import Settings
 from outbox_mailer.daemon import Daemon
 from outbox_mailer.transports.factory import build_transports
@@ -207,9 +211,13 @@ def delivered_mail(pf: PostfixServer, rows: dict[str, dict[str, Any]]) -> dict[s
 @pytest.fixture(scope="module")
 def run(pg_server: str, template_db: str) -> Iterator[Run]:
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    with postfix_server() as pf, cloned_database(pg_server, template_db) as url:
-        rows, attempts = anyio.run(deliver_all, url, pf, key)
-        yield Run(rows, attempts, delivered_mail(pf, rows), key, pf)
+    policy_before = special_use_domains_allowed()
+    try:
+        with postfix_server() as pf, cloned_database(pg_server, template_db) as url:
+            rows, attempts = anyio.run(deliver_all, url, pf, key)
+            yield Run(rows, attempts, delivered_mail(pf, rows), key, pf)
+    finally:  # the settings applied ALLOW_SPECIAL_USE_DOMAINS process-wide: the next module must not inherit it
+        allow_special_use_domains(policy_before)
 
 
 @pytest.fixture(scope="module")

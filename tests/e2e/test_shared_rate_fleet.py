@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from tests.e2e.chaos import (  # noqa: F401
     Figures,
     Fleet,
@@ -26,6 +28,7 @@ from tests.smtp_server import free_port
 RATE, BURST, WINDOW, DAEMONS = 20.0, 2, 10.0, 3
 
 
+@pytest.mark.alone  # a rate or timing bound: no other test meanwhile (tests/conftest.py)
 def test_three_daemons_limited_to_20_per_second_send_at_most_20_per_second_plus_the_burst(
         db_url: str, fleet: Fleet, figures: Figures) -> None:  # noqa: F811
     fleet.deadline(120)

@@ -411,6 +411,7 @@ async def test_daemon_ambiguous_5xx_with_hold_without_a_key_window_is_held(
     assert provider_server.accepted == {"amb-2": 1}
 
 
+@pytest.mark.alone  # a rate or timing bound: no other test meanwhile (tests/conftest.py)
 async def test_daemon_rate_limit_holds_within_ten_percent_over_ten_seconds(
         api: Any, daemon: Any, provider_server: ProviderServer) -> None:  # noqa: F811
     rate, window = 20.0, 10.0

@@ -67,6 +67,7 @@ async def test_a_daily_limit_of_50_shared_by_two_daemons_sends_50_of_80_and_the_
     assert sum(g.limit.grants for r in runs for g in r.daemon.gates.values() if g.limit) < 200
 
 
+@pytest.mark.alone  # a rate or timing bound: no other test meanwhile (tests/conftest.py)
 async def test_a_providers_429s_lower_the_shared_rate_and_stop_within_seconds(
         api: Any, daemon: Any) -> None:  # noqa: F811
     server = ProviderServer(rate_per_second=20.0, burst=2).start()  # every third request of 30/s refused

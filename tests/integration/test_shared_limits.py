@@ -54,6 +54,7 @@ async def test_burst_lets_that_many_requests_go_at_once(ledgers: list[LimitStore
     assert [max(0.0, grant.first_in + i * grant.spacing) for i in range(5)] == [0.0] * 5
 
 
+@pytest.mark.alone  # a rate or timing bound: no other test meanwhile (tests/conftest.py)
 async def test_three_daemons_together_get_no_more_than_the_rate_plus_the_burst(ledgers: list[LimitStore]) -> None:
     rate, burst, seconds = 20.0, 3, 3.0
     due: list[float] = []

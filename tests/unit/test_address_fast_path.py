@@ -19,6 +19,7 @@ The example count (for each of four strategies) is OUTBOX_ADDRESS_EXAMPLES (defa
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
 import pytest
 from email_validator import EmailNotValidError, validate_email
@@ -31,6 +32,13 @@ from outbox_mailer.addresses import ParsedAddress, parse_address
 from outbox_mailer.errors import CompositionError
 
 EXAMPLES = int(os.environ.get("OUTBOX_ADDRESS_EXAMPLES", "500"))
+
+
+@pytest.fixture(autouse=True)
+def _default_special_use_policy() -> Iterator[None]:
+    """The default rule (special-use domains refused), whatever a test run before in this process left."""
+    with addresses.special_use_policy(False):
+        yield
 ATEXT = "abcxyzABCXYZ0189!#$%&'*+/=?^_`{|}~-"
 
 # -- the reference: email_validator as compose() called it before the fast path --
