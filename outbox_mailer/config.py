@@ -45,7 +45,7 @@ from .config_checks import (
 from .console_settings import ConsoleSettings
 from .dkim_signing import DkimSettings
 from .errors import CompositionError, ConfigurationError
-from .event_settings import SuppressionSettings, WebhookSettings
+from .event_settings import BounceSettings, SuppressionSettings, WebhookSettings
 from .limit_settings import DAY, FINITE, HOUR, WEEK, LimitSettings
 from .redaction import redacted_url
 from .setting_names import refuse_unknown_names
@@ -255,6 +255,7 @@ class Settings(BaseSettings):
     webhooks: WebhookSettings = WebhookSettings()  # `outbox-mailer webhooks`: the provider event receiver
     console: ConsoleSettings = ConsoleSettings()  # `outbox-mailer console`: the operator console
     suppression: SuppressionSettings = SuppressionSettings()
+    bounces: BounceSettings = BounceSettings()  # tagged envelope senders (VERP): BOUNCES__ADDRESS, __KEY, __PER_RECIPIENT
     debug_wedge_file: str | None = None  # while this file exists the claim loop stops: proves a watchdog set-up
     allowed_recipients: str | None = None  # staging guard: only these (addresses, @domain, @*.domain) get mail
     redirect_to: str | None = None  # staging guard: every email goes to this address instead (staging.py)

@@ -84,13 +84,13 @@ WHERE finished_at >= now() - make_interval(secs => $2)
 GROUP BY 1 ORDER BY 1;
 
 -- name: console_event_rates
--- Emails sent over the last $1 seconds (attempts), and the bounces and complaints received then.
+-- Emails sent over the last $1 seconds (attempts), and the emails that bounced or drew a complaint by the events received then: matched events only (anyone can plant events for addresses we never mailed), each email counted once however many events name it.
 SELECT (SELECT count(*) FROM email_delivery_attempts
         WHERE outcome = 'sent' AND finished_at >= now() - make_interval(secs => $1)) AS sent,
-       count(*) FILTER (WHERE kind = 'bounced' AND bounce_class = 'hard') AS hard_bounces,
-       count(*) FILTER (WHERE kind = 'bounced') AS bounces,
-       count(*) FILTER (WHERE kind = 'complained') AS complaints
-FROM email_delivery_events WHERE received_at >= now() - make_interval(secs => $1);
+       count(DISTINCT delivery_id) FILTER (WHERE kind = 'bounced' AND bounce_class = 'hard') AS hard_bounces,
+       count(DISTINCT delivery_id) FILTER (WHERE kind = 'bounced') AS bounces,
+       count(DISTINCT delivery_id) FILTER (WHERE kind = 'complained') AS complaints
+FROM email_delivery_events WHERE received_at >= now() - make_interval(secs => $1) AND delivery_id IS NOT NULL;
 
 -- name: console_suppressions
 -- Suppressions whose address contains $1 (a LIKE pattern; '%' for all), newest first, at most $2.

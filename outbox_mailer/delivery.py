@@ -76,6 +76,9 @@ class Delivery:
     # why the row cannot be sent as read (a value no decoder handles, content over the size
     # limit, left unread); the daemon fails such a row alone, without a network call
     defect: str | None = None
+    # the row's to, cc and bcc addresses as stored (screening may leave some out of the fields above):
+    # a recipient's bounce tag names its position here (bounce_tags.py); () when not read from a row
+    listed: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,4 @@
-"""Settings of the webhook receiver (``OUTBOX_MAILER_WEBHOOKS__...``) and of suppression.
+"""Settings of the webhook receiver (``OUTBOX_MAILER_WEBHOOKS__...``), of suppression and of bounce tags.
 
 Each provider's route is enabled only when its secret is set; a provider left unset answers 404.
 Secrets come from the environment or from credential files named like the variables without the
@@ -11,7 +11,10 @@ import re
 
 from pydantic import BaseModel, ConfigDict, SecretStr, field_validator, model_validator
 
+from .addresses import parse_address
+from .bounce_tags import MAX_LOCAL_OCTETS, BounceAddress
 from .config_checks import parse_listen_address
+from .errors import CompositionError
 
 FINITE = ConfigDict(allow_inf_nan=False)
 _ARN = re.compile(r"^arn:aws[a-z-]*:sns:[a-z0-9-]+:\d{12}:[A-Za-z0-9_.-]{1,256}$")
@@ -111,3 +114,55 @@ class WebhookSettings(BaseModel):
 
 class SuppressionSettings(BaseModel):
     automatic: bool = True  # hard bounces and complaints suppress their address (soft bounces never do)
+
+
+_LOCAL_PART = re.compile(r"[A-Za-z0-9!#$%&'*/=?^_`{|}~-]+(?:\.[A-Za-z0-9!#$%&'*/=?^_`{|}~-]+)*")
+_MIN_KEY_CHARS = 16
+
+
+class BounceSettings(BaseModel):
+    """Tagged envelope senders (VERP, bounce_tags.py): which bounces by mail may suppress."""
+
+    address: str | None = None  # envelope sender base, bounces@example.com: MAIL FROM bounces+TAG@...; None: no tags
+    key: SecretStr | None = None  # HMAC key of the tags (credential file bounces__key), at least 16 characters
+    previous_key: SecretStr | None = None  # the key before a rotation: its tags still verify
+    per_recipient: bool = False  # one SMTP transaction per recipient, each with its recipient's tag
+
+    @field_validator("address")
+    @classmethod
+    def _address(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        local, at, domain = value.rpartition("@")
+        if not at or not value.isascii() or not _LOCAL_PART.fullmatch(local) or "+" in local:
+            raise ValueError(f"{value!r}: expected local@domain, an ASCII local part without '+' (the tag's delimiter)")
+        if len(local) > MAX_LOCAL_OCTETS:
+            raise ValueError(f"{value!r}: the local part may have {MAX_LOCAL_OCTETS} characters at most, so that "
+                             "the tagged one fits in 64")
+        try:
+            parse_address(value, "bounces.address")
+        except CompositionError as exc:
+            raise ValueError(f"{value!r} is not a valid address: {exc.reason}") from None
+        return value
+
+    @field_validator("key", "previous_key")
+    @classmethod
+    def _key(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and len(value.get_secret_value().strip()) < _MIN_KEY_CHARS:
+            raise ValueError(f"too short: use at least {_MIN_KEY_CHARS} random characters")
+        return value
+
+    @model_validator(mode="after")
+    def _key_with_address(self) -> BounceSettings:
+        if (self.address is None) != (self.key is None):
+            raise ValueError("set ADDRESS and KEY together")
+        if self.per_recipient and self.address is None:
+            raise ValueError("PER_RECIPIENT needs ADDRESS and KEY")
+        return self
+
+    def tags(self) -> BounceAddress | None:
+        """The tagged envelope senders to send with and to read bounces by; None when not configured."""
+        if self.address is None or self.key is None:
+            return None
+        keys = [k.get_secret_value().strip().encode() for k in (self.key, self.previous_key) if k is not None]
+        return BounceAddress(self.address, keys)

@@ -509,8 +509,12 @@ SELECT coalesce(
      WHERE $2::text IS NOT NULL AND a.message_id = $2 ORDER BY a.id DESC LIMIT 1),
     (SELECT d.id FROM email_deliveries d WHERE $3::text IS NOT NULL AND d.dedupe_key = $3)) AS delivery_id;
 
+-- name: tagged_delivery
+-- The row a verified bounce address tag names ($1), if it still exists.
+SELECT id FROM email_deliveries WHERE id = $1;
+
 -- name: record_event
--- Write one event once (unique on provider $2 and event id $3); when it is new, make it the row's delivery_event if it is the latest such, and suppress $9 (the recipient's normal form) for reason $10 (null: suppress nothing; an address already suppressed keeps its first reason). A bounce by mail (provider 'smtp') counts only for a recipient of the row it matched: anyone who got one of our emails could quote its Message-ID in a forged bounce. Returns whether it was new.
+-- Write one event once (unique on provider $2 and event id $3); when it is new, make it the row's delivery_event if it is the latest such, and suppress $9 (the recipient's normal form) for reason $10 (null: suppress nothing; an address already suppressed keeps its first reason). A bounce by mail (provider 'smtp') counts only when it proves we sent to $9 (event_intake.py): $11 is the row's recipient its bounce address tag names (1: the first of to, cc, bcc), and the bounce must name that one; without such a tag (null, or 0: a tag of the whole message) the row must have $9 as its only recipient; -1 (a tag that does not verify): never. Returns whether it was new.
 WITH event AS (
     INSERT INTO email_delivery_events
         (delivery_id, provider, provider_event_id, kind, bounce_class, recipient, occurred_at, detail)
@@ -521,8 +525,12 @@ WITH event AS (
     SELECT e.* FROM event e
     WHERE $2 <> 'smtp' OR EXISTS (
         SELECT 1 FROM email_deliveries d,
-             unnest(d.to_addresses || coalesce(d.cc_addresses, '{}') || coalesce(d.bcc_addresses, '{}')) AS r
-        WHERE d.id = e.delivery_id AND outbox_mailer_suppression_address(r) = $9::text)
+             LATERAL (SELECT d.to_addresses || coalesce(d.cc_addresses, '{}') || coalesce(d.bcc_addresses, '{}')) AS l(listed)
+        WHERE d.id = e.delivery_id AND CASE
+            WHEN coalesce($11::integer, 0) = 0 THEN
+                ARRAY(SELECT DISTINCT outbox_mailer_suppression_address(r) FROM unnest(l.listed) AS r) = ARRAY[$9::text]
+            WHEN $11 > 0 THEN outbox_mailer_suppression_address(l.listed[$11]) = $9::text
+            ELSE false END)
 ), latest AS (
     UPDATE email_deliveries d SET delivery_event = e.kind, delivery_event_at = e.at
     FROM trusted e

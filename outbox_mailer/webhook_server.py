@@ -143,7 +143,8 @@ async def _webhook(request: Request) -> Response:
             raise Unauthenticated("token already used with another body (a replay)")
         if received.confirm_url is not None:
             await receiver.confirm_subscription(received.confirm_url)
-        intake = await take_in(receiver.store, received.events, automatic=receiver.automatic)
+        intake = await take_in(receiver.store, received.events, automatic=receiver.automatic,
+                               now=receiver.clock())
     except Unavailable as exc:
         return _retry_later(receiver, provider, exc.reason)
     except WebhookRefused as exc:

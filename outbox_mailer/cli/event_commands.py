@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 from datetime import timedelta
@@ -59,23 +60,40 @@ def cmd_webhooks(args: argparse.Namespace, settings: Settings) -> int:
     return run_with_store(settings, go, EventStore)
 
 
+RECIPIENT_VARIABLES = ("ORIGINAL_RECIPIENT", "RECIPIENT")  # what Postfix's local(8) sets for a piped command
+
+
+def envelope_recipient(args: argparse.Namespace) -> str | None:
+    """The address the bounce was delivered to: ``--recipient``, else the MTA's environment."""
+    if args.recipient:
+        return str(args.recipient)
+    return next((os.environ[name] for name in RECIPIENT_VARIABLES if os.environ.get(name)), None)
+
+
 def cmd_ingest_dsn(args: argparse.Namespace, settings: Settings) -> int:
+    from ..bounce_tags import Unproven, day_of
     from ..delivery_events.dsn import parse_dsn
     from ..event_intake import take_in
 
     raw = sys.stdin.buffer.read(64 * 1024 * 1024 + 1)
-    events = parse_dsn(raw, utc_now())
+    now = utc_now()
+    events = parse_dsn(raw, now)
     if events is None:
         log.info("ingest-dsn: not a delivery status notification (%d bytes); ignored", len(raw))
         return EXIT_OK
     if not events:
         log.info("ingest-dsn: a delivery status notification without a usable recipient; ignored")
         return EXIT_OK
+    tags, recipient = settings.bounces.tags(), envelope_recipient(args)
+    proof = tags.read(recipient, day_of(now)) if tags is not None and recipient else Unproven.UNTAGGED
+    if proof is Unproven.FORGED:
+        log.warning("ingest-dsn: the bounce came to %r, a bounce address tag that does not verify: it proves "
+                    "nothing and suppresses nobody", recipient)
 
     async def go(store: EventStore) -> int:
-        intake = await take_in(store, events, automatic=settings.suppression.automatic)
-        log.info("ingest-dsn: %d event(s) recorded, %d already known, %d unmatched", intake.recorded,
-                 intake.duplicates, intake.unmatched)
+        intake = await take_in(store, events, automatic=settings.suppression.automatic, now=now, proof=proof)
+        log.info("ingest-dsn: %d event(s) recorded, %d already known, %d unmatched, %d refused", intake.recorded,
+                 intake.duplicates, intake.unmatched, intake.refused)
         return EXIT_OK
 
     try:
@@ -154,6 +172,8 @@ def register(sub: Any) -> None:
     p.set_defaults(func=cmd_webhooks)
 
     p = sub.add_parser("ingest-dsn", help="record one bounce message (RFC 3464) read from stdin, as an MTA pipes it")
+    p.add_argument("--recipient", metavar="ADDRESS",
+                   help="the envelope recipient it was delivered to (default: $ORIGINAL_RECIPIENT, else $RECIPIENT)")
     p.set_defaults(func=cmd_ingest_dsn)
 
     p = sub.add_parser("suppress", help="stop sending to an address")

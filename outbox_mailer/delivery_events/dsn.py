@@ -41,8 +41,9 @@ or warned), else Arrival-Date (only when the original arrived), else ``received_
 ``provider_event_id``: sha256 hex of the DSN's Message-ID (or of the whole raw bytes when it has
 none), the recipient and the action, so the same bounce piped twice records once.
 
-Hostile input: at most :data:`MAX_PARSED_BYTES` are parsed, :data:`MAX_GROUPS` groups read, field
-values cut to 1000 characters; undecodable bytes become U+FFFD, control characters spaces. The only
+Hostile input: at most :data:`MAX_PARSED_BYTES` are parsed, :data:`MAX_GROUPS` groups read (so one
+message plants at most that many events: a real bounce about one of our emails names its recipients,
+and one sent per recipient names one), field values cut to 1000 characters; undecodable bytes become U+FFFD, control characters spaces. The only
 exception is :class:`ValueError` for a naive ``received_at`` (a caller's bug, not the input's).
 """
 
@@ -61,7 +62,7 @@ from .model import BounceClass, Kind, ProviderEvent
 __all__ = ["MAX_GROUPS", "MAX_PARSED_BYTES", "is_bad_mailbox", "parse_dsn"]
 
 MAX_PARSED_BYTES = 10 * 1024 * 1024  # the report comes before the returned message; the rest may go
-MAX_GROUPS = 1000
+MAX_GROUPS = 100
 _MAX_FIELD_CHARS = 1000
 _MAX_DEPTH = 8  # multipart containers around the report
 _MAX_PARTS = 256

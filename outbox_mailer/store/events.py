@@ -7,6 +7,7 @@ import json
 from datetime import datetime
 from typing import Any
 
+from ..bounce_tags import BounceTag, Unproven
 from ..delivery_events.model import ProviderEvent
 from ..queries import sql
 from .admin import Store
@@ -15,20 +16,25 @@ from .admin import Store
 class EventStore(Store):
     """Events in, suppressions in and out; a small pool, like :class:`Store`."""
 
-    async def record(self, event: ProviderEvent, recipient: str | None,
-                     suppress_for: str | None) -> tuple[int | None, bool]:
+    async def record(self, event: ProviderEvent, recipient: str | None, suppress_for: str | None, *,
+                     proof: BounceTag | Unproven = Unproven.UNTAGGED) -> tuple[int | None, bool]:
         """Match the event to its row and write it once. ``recipient``: its recipient's normal
-        form; ``suppress_for``: the reason to suppress it for when the event is new (None: do not).
+        form; ``suppress_for``: the reason to suppress it for when the event is new (None: do not);
+        ``proof``: what the envelope recipient of a bounce by mail proves (its tag names the row).
         Returns the matched row id (None: unmatched) and whether the event was new (a provider's
         retry of one already written is not)."""
         address, reason = recipient, suppress_for
+        index = proof.index if isinstance(proof, BounceTag) else -1 if proof is Unproven.FORGED else None
         async with self._conn() as conn, conn.transaction():
-            delivery_id = await conn.fetchval(sql("match_delivery"), event.provider_message_id, event.message_id,
-                                              event.dedupe_key)
+            if isinstance(proof, BounceTag):
+                delivery_id = await conn.fetchval(sql("tagged_delivery"), proof.delivery_id)
+            else:
+                delivery_id = await conn.fetchval(sql("match_delivery"), event.provider_message_id,
+                                                  event.message_id, event.dedupe_key)
             new = await conn.fetchval(
                 sql("record_event"), delivery_id, event.provider, event.provider_event_id, event.kind.value,
                 event.bounce_class.value if event.bounce_class is not None else None, event.recipient,
-                event.occurred_at, json.dumps(event.detail, default=str), address, reason)
+                event.occurred_at, json.dumps(event.detail, default=str), address, reason, index)
         return delivery_id, bool(new)
 
     async def remember_token(self, provider: str, token: str, body: bytes) -> bool:

@@ -28,10 +28,13 @@ def build_transports(settings: Settings) -> dict[str, Transport]:
     """Every configured transport by name: ``smtp`` and each ``OUTBOX_MAILER_TRANSPORTS__<NAME>``."""
     sender = probe_sender(settings)
     signer = DkimSigner.of(settings.dkim, max_message_bytes=settings.max_message_bytes)
-    transports: dict[str, Transport] = {"smtp": SmtpTransport(settings.smtp, probe_sender=sender, signer=signer)}
+    tags, each = settings.bounces.tags(), settings.bounces.per_recipient
+    transports: dict[str, Transport] = {"smtp": SmtpTransport(settings.smtp, probe_sender=sender, signer=signer,
+                                                              bounces=tags, per_recipient=each)}
     for name, config in settings.transports.items():
         if isinstance(config, SmtpTransportSettings):
-            transports[name] = SmtpTransport(config, name=name, probe_sender=sender, signer=signer)
+            transports[name] = SmtpTransport(config, name=name, probe_sender=sender, signer=signer, bounces=tags,
+                                             per_recipient=each)
         else:
             transports[name] = HttpApiTransport(config, name=name)
     return transports

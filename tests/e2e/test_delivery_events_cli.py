@@ -123,3 +123,28 @@ def test_the_webhooks_command_refuses_to_start_without_an_address_or_a_provider(
     assert out.returncode == 2 and "OUTBOX_MAILER_WEBHOOKS__ADDRESS" in out.stderr
     out = installed.cli("webhooks", env={**env, "OUTBOX_MAILER_WEBHOOKS__ADDRESS": f"127.0.0.1:{free_port()}"})
     assert out.returncode == 2 and "secret" in out.stderr
+
+
+def test_ingest_dsn_believes_a_bounce_about_a_shared_email_only_by_its_recipients_tag(
+        installed: Installed, env: dict[str, str], db_url: str) -> None:  # noqa: F811
+    from datetime import UTC, datetime
+
+    from outbox_mailer.bounce_tags import BounceAddress, day_of
+
+    key = "a-bounce-tag-key-of-32-characters"
+    tagged = {**env, "OUTBOX_MAILER_BOUNCES__ADDRESS": "bounces@example.com", "OUTBOX_MAILER_BOUNCES__KEY": key}
+    psql(db_url, "INSERT INTO email_deliveries (dedupe_key, to_addresses, cc_addresses, subject, text_body) "
+                 "VALUES ('shared', ARRAY['a@example.net'], ARRAY['gone@example.net'], 'hi', 'body')")
+    row_id = int(subprocess.run(["psql", "-X", "-tA", db_url, "-c", "SELECT id FROM email_deliveries"],
+                                text=True, check=True, capture_output=True, timeout=60).stdout)
+    tags, today = BounceAddress("bounces@example.com", [key.encode()]), day_of(datetime.now(UTC))
+    dsn = bounce_for("<unknown@x.example>", "gone@example.net")  # no Message-ID of ours: the tag names the row
+    wrong = installed.cli("ingest-dsn", "--recipient", tags.sender(row_id, 1, today), env=tagged, input=dsn)
+    assert wrong.returncode == 0, wrong.stderr
+    assert installed.cli("suppressions", "--json", env=env).stdout == "", "the tag of a@ proves nothing about gone@"
+    again = dsn.replace("Message-Id: <", "Message-Id: <again.", 1)
+    out = installed.cli("ingest-dsn", env={**tagged, "ORIGINAL_RECIPIENT": tags.sender(row_id, 2, today)}, input=again)
+    assert out.returncode == 0, out.stderr
+    [s] = [json.loads(line) for line in installed.cli("suppressions", "--json", env=env).stdout.splitlines()]
+    assert (s["address"], s["source"]) == ("gone@example.net", "smtp")
+    assert len(installed.cli("events", "shared", "--json", env=env).stdout.splitlines()) == 2

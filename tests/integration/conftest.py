@@ -78,7 +78,8 @@ def start(db_url: str, store: Store, smtp_server: SmtpTestServer):  # noqa: F811
 
     async def factory(transports: dict[str, Transport] | None = None, **overrides: Any) -> Running:
         settings = settings_for(db_url, smtp_server, **overrides)
-        transport = SmtpTransport(settings.smtp)
+        transport = SmtpTransport(settings.smtp, bounces=settings.bounces.tags(),
+                                  per_recipient=settings.bounces.per_recipient)
         daemon = Daemon(settings, {"smtp": transport, **(transports or {})})
         tg = anyio.create_task_group()
         await tg.__aenter__()

@@ -209,3 +209,29 @@ def with_refused(first: Outcome, refused: list[RefusedRecipient]) -> Outcome:
     """The first accepted transaction's outcome, with the refusals of the whole attempt."""
     error = _refusals(refused, "some recipients refused: ") if refused else None
     return replace(first, refused=tuple(refused), error=error)
+
+
+def each_recipient(outcomes: list[tuple[str, Outcome]], untried: Iterable[str] = ()) -> Outcome:
+    """One attempt made of one transaction per recipient (bounce tags per recipient), as one outcome.
+
+    Someone got it: the first accepted transaction's outcome, every other recipient refused with
+    its own transaction's reason (:func:`follow_up`: ``unknown`` when that one may have been
+    accepted), so the retry goes to those alone. Nobody got it: the first transaction whose
+    message may have been accepted decides (ambiguous), else the first that failed for now
+    (transient, unreachable, paused), else the first refusal for good; with every recipient's
+    reason. ``untried``: recipients no transaction was made for (the attempt stopped early).
+    """
+    first_sent: Outcome | None = None
+    refused: list[RefusedRecipient] = []
+    for address, outcome in outcomes:
+        accepted, not_reached = follow_up((address,), outcome)
+        if accepted and first_sent is None:
+            first_sent = outcome
+        refused.extend(not_reached)
+    refused.extend(RefusedRecipient(a, None, "not tried: the attempt stopped before it") for a in untried)
+    if first_sent is not None:
+        return with_refused(first_sent, refused)
+    causes = [o for _, o in outcomes]
+    deciding = (next((o for o in causes if o.kind is OutcomeKind.AMBIGUOUS), None)
+                or next((o for o in causes if o.kind is OutcomeKind.TRANSIENT), None) or causes[0])
+    return replace(deciding, refused=tuple(refused))

@@ -30,6 +30,13 @@ happened, which is what decides the outcome:
 
 After a refusal (other than 421) RSET keeps the connection usable.
 
+With bounce tags on (``bounces``, :mod:`outbox_mailer.bounce_tags`) the envelope sender is the
+tagged bounce address: of the whole message (index 0), or, with ``per_recipient``, of each
+recipient, in one transaction per recipient on the same connection (each its own MAIL FROM; the
+send timeout bounds them all). Their outcomes make one (:func:`.replies.each_recipient`): sent when
+anyone got it, the others refused with their own transaction's reason, so a retry (the row's
+``retry_recipients``) goes to them alone.
+
 With DKIM on (``signer``, :mod:`outbox_mailer.dkim_signing`) :meth:`send` signs the message once,
 before anything goes out; a message that cannot be signed, or is over the size limit once signed,
 is unsendable (nothing was sent).
@@ -53,62 +60,27 @@ configured default sender), else ``postmaster@<helo name>``.
 
 from __future__ import annotations
 
-import functools
-import re
 import socket
 from dataclasses import dataclass, replace
 
 import anyio
 from aiosmtplib import SMTP, SMTPHeloError, SMTPResponseException
-from aiosmtplib.email import parse_address
 
+from ...bounce_tags import BounceAddress, day_of
+from ...clock import utc_now
 from ...config import SmtpSettings
-from ...delivery import ComposedMessage, Delivery, Outcome, idempotency_key
+from ...delivery import Cause, ComposedMessage, Delivery, Outcome, idempotency_key
 from ...dkim_signing import DkimSigner
 from ...errors import CompositionError, TransportUnavailable
 from ..seam import one_line
 from .attempt import LIBRARY_ERRORS, Attempt, Connection, SetupError, describe
-from .replies import account_refusal, classify_reply
+from .envelope import _address_problem, _envelope_problem, listed_index, probe_recipient
+from .replies import account_refusal, classify_reply, each_recipient
 from .wire import Wire, WireError
 
 _SIGN_IN_LOOP_BYTES = 256 * 1024  # messages up to this are DKIM-signed in the event loop (~2 ms)
 
 __all__ = ["SmtpTransport", "classify_reply"]
-
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-PROBE_LOCAL_PART = "outbox-mailer-check"
-
-
-def probe_recipient(sender: str) -> str:
-    """The check's RCPT: at an RFC 2606 domain that is not the sender's."""
-    domain = "example.net" if sender.rpartition("@")[2].lower() == "example.com" else "example.com"
-    return f"{PROBE_LOCAL_PART}@{domain}"
-
-
-def _envelope_problem(message: ComposedMessage) -> str | None:
-    """Why the envelope cannot go on an SMTP command line, or None."""
-    if not message.recipients:
-        return "envelope has no recipients"
-    roles = [("sender", message.sender)] + [("recipient", r) for r in message.recipients]
-    for role, address in roles:
-        problem = _address_problem(role, address)
-        if problem:
-            return f"envelope {role} {address!r} {problem}"
-    return None
-
-
-@functools.lru_cache(maxsize=4096)  # pure; the sender is nearly always the same (parseaddr is slow)
-def _address_problem(role: str, address: str) -> str | None:
-    if _CONTROL.search(address):
-        return "contains control characters"
-    if role == "recipient" and "@" not in address:
-        return "is not an address"
-    try:
-        if parse_address(address) != address:
-            return "is not a bare address"
-    except ValueError:
-        return "contains characters not allowed on an SMTP command line"
-    return None
 
 
 @dataclass
@@ -125,10 +97,14 @@ class SmtpTransport:
     """Sends through one SMTP server; at most ``settings.pool_size`` connections open."""
 
     def __init__(self, settings: SmtpSettings, *, name: str = "smtp", probe_sender: str | None = None,
-                 signer: DkimSigner | None = None) -> None:
+                 signer: DkimSigner | None = None, bounces: BounceAddress | None = None,
+                 per_recipient: bool = False) -> None:
         """``probe_sender``: MAIL FROM of :meth:`check`'s probe (None: ``postmaster@<helo name>``);
-        ``signer``: DKIM-signs each message (None: DKIM off)."""
+        ``signer``: DKIM-signs each message (None: DKIM off); ``bounces``: tags the envelope sender
+        (None: the message's sender), ``per_recipient`` one transaction per recipient."""
         self.name = name
+        self._bounces = bounces
+        self._per_recipient = per_recipient and bounces is not None
         self._probe_sender = probe_sender
         self._signer = signer
         self.max_parallel = settings.pool_size
@@ -264,6 +240,12 @@ class SmtpTransport:
                            else await anyio.to_thread.run_sync(self._signer.sign_message, message))
             except CompositionError as exc:
                 return Outcome.unsendable(f"cannot DKIM-sign: {exc}")
+        if self._bounces is not None:
+            day = day_of(utc_now())
+            if self._per_recipient and len(message.recipients) > 1:
+                return await self._send_each(message, delivery, self._bounces, day)
+            index = listed_index(delivery, message.recipients[0]) if self._per_recipient else 0
+            message = replace(message, sender=self._bounces.sender(delivery.id, index, day))
         async with self._slots:
             attempt = Attempt(self._connect, self._settings, message)
             try:
@@ -271,12 +253,42 @@ class SmtpTransport:
                     outcome = await attempt.run(self._take_idle())
                 if scope.cancelled_caught:
                     attempt.reusable = False
-                    return attempt.cut_short(
-                        f"no reply within the send timeout ({self._settings.send_timeout_seconds:g} s)"
-                    )
+                    return attempt.cut_short(self._timed_out())
                 return outcome
             finally:
                 self._give_back(attempt.conn, attempt.reusable)
+
+    def _timed_out(self) -> str:
+        return f"no reply within the send timeout ({self._settings.send_timeout_seconds:g} s)"
+
+    async def _send_each(self, message: ComposedMessage, delivery: Delivery, bounces: BounceAddress,
+                         day: int) -> Outcome:
+        """One transaction per recipient, each with its recipient's tag, one after the other on one connection."""
+        outcomes: list[tuple[str, Outcome]] = []
+        async with self._slots:
+            conn, attempt = self._take_idle(), None
+            try:
+                with anyio.move_on_after(self._settings.send_timeout_seconds) as scope:
+                    for recipient in message.recipients:
+                        sender = bounces.sender(delivery.id, listed_index(delivery, recipient), day)
+                        attempt = Attempt(self._connect, self._settings,
+                                          replace(message, sender=sender, recipients=(recipient,)))
+                        outcomes.append((recipient, await attempt.run(conn)))
+                        if outcomes[-1][1].cause in (Cause.UNREACHABLE, Cause.PAUSED):
+                            break  # no server judges the others now either
+                        conn = attempt.conn if attempt.reusable else None
+                        if conn is None and attempt.conn is not None:
+                            attempt.conn.close()
+                if scope.cancelled_caught and attempt is not None:
+                    attempt.reusable = False
+                    outcomes[-1:] = [(attempt.message.recipients[0], attempt.cut_short(self._timed_out()))]
+            finally:
+                if attempt is not None:
+                    self._give_back(attempt.conn, attempt.reusable)
+        if not outcomes:
+            return Outcome.transient(self._timed_out())
+        done = {address for address, _ in outcomes}
+        return each_recipient(outcomes, [r for r in message.recipients if r not in done])
 
     async def check(self) -> str:
         async with self._slots:
