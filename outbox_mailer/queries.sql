@@ -221,7 +221,7 @@ WHERE a.delivery_id = ANY ($1::bigint[]);
 SELECT date_part('epoch', min(scheduled_at)) AS next_due_at FROM email_queue WHERE claimed_at IS NULL;
 
 -- name: find_dead_claims
--- Claims (found through email_queue) older than $1 seconds, or of the workers $9 whose processes are provably dead (processes.py; under this process's own name $10, only claims made before it started, $11), whose advisory lock nobody holds, except this session's own rows $3 (session locks are re-entrant); locks each for this session. Columns as claim_due returns them (content left out above $4 bytes; the Message-ID that was sent, from the key $5 to $8, where the claiming daemon did not write it), with the claim and the batch the row was sent in (null: sent alone).
+-- Claims (found through email_queue) older than $1 seconds, or of the workers $9 whose processes are provably dead (processes.py; under this process's own name $10, only claims made before it started, $11), whose advisory lock nobody holds, except this session's own rows $3 (session locks are re-entrant), and with each such row sent in a recorded batch every other member still 'sending' in that batch, whatever its own claim time (a batch is rescued whole: its request was made after every member's claim, so it ended before the oldest member's claim became due); locks each for this session. Columns as claim_due returns them (content left out above $4 bytes; the Message-ID that was sent, from the key $5 to $8, where the claiming daemon did not write it), with the claim, the batch the row was sent in (null: sent alone) and how many rows are still in that batch (the rescuer takes a batch only when it holds them all).
 WITH stale AS (
     SELECT d.id AS delivery_id, outbox_mailer_lock_key(d.dedupe_key) AS lock_key
     FROM email_deliveries d
@@ -235,14 +235,31 @@ WITH stale AS (
     ORDER BY d.claimed_at
     LIMIT $2
     FOR NO KEY UPDATE OF d SKIP LOCKED
+), mates AS (
+    -- the other members of the batches those rows went in (walks email_queue_batch_idx)
+    SELECT d.id AS delivery_id, outbox_mailer_lock_key(d.dedupe_key) AS lock_key
+    FROM email_deliveries d
+    WHERE d.id = ANY (ARRAY(
+              SELECT m.delivery_id FROM email_queue m
+              WHERE m.batch_id = ANY (ARRAY(
+                  SELECT q.batch_id FROM email_queue q
+                  WHERE q.delivery_id = ANY (ARRAY(SELECT delivery_id FROM stale)) AND q.batch_id IS NOT NULL))))
+      AND d.id <> ALL (ARRAY(SELECT delivery_id FROM stale))
+      AND d.status = 'sending'
+      AND d.id <> ALL ($3::bigint[])
+    FOR NO KEY UPDATE OF d SKIP LOCKED
 ), locked AS (
     SELECT delivery_id FROM stale WHERE pg_try_advisory_lock(lock_key)
+    UNION ALL
+    SELECT delivery_id FROM mates WHERE pg_try_advisory_lock(lock_key)
 )
 SELECT
     -- include: claimed_row
-    , d.claimed_at, d.claimed_by,
-    (SELECT q.batch_id FROM email_queue q WHERE q.delivery_id = d.id) AS batch_id
-FROM email_deliveries d, (SELECT $4::bigint AS max_bytes) lim,
+    , d.claimed_at, d.claimed_by, b.batch_id,
+    (SELECT count(*) FROM email_queue m WHERE m.batch_id = b.batch_id) AS batch_rows
+FROM email_deliveries d
+CROSS JOIN LATERAL (SELECT (SELECT q.batch_id FROM email_queue q WHERE q.delivery_id = d.id) AS batch_id) b,
+     (SELECT $4::bigint AS max_bytes) lim,
      (SELECT $5::bytea AS inner_pad, $6::bytea AS outer_pad, $7::text AS default_from, $8::text AS fallback) mid
 WHERE d.id = ANY (ARRAY(SELECT delivery_id FROM locked));
 

@@ -118,8 +118,10 @@ class Rescuer:
     async def rescue_once(self) -> int:
         """Settle claims of dead processes (or given up to a rescuer); returns how many.
 
-        A row sent in a recorded batch is resent as that identical batch under its
-        key, while every member was found and the provider still absorbs a repeat
+        A recorded batch is taken whole or not at all: the claims come with every
+        member still in the batch, whatever claim each came from, and a batch of
+        which some member is held elsewhere waits for the next pass. It is resent as
+        that identical batch under its key, while the provider still absorbs a repeat
         (a resend under the same key is absorbed, so it goes again at every rescue until the window
         closes); past the window, a batch's rows go through the in-doubt policy, never resent under
         their own keys as if safe; any other dead claim is ambiguous and
@@ -132,12 +134,17 @@ class Rescuer:
                                               message_ids=self._executor.message_ids, dead_workers=self._dead,
                                               worker=self._executor.worker, started_at=self._started_at)
         await session.prune_batches(BATCH_RECORD_SECONDS)
-        if not dead:
-            return 0
         by_batch: dict[int, list[DeadClaim]] = {}
         for claim in dead:
             if claim.batch_id is not None:
                 by_batch.setdefault(claim.batch_id, []).append(claim)
+        waiting = {b for b, claims in by_batch.items() if len(claims) < claims[0].batch_rows}
+        if waiting:  # a member is still held (by its live daemon, or an operator's statement): the batch waits
+            log.info("rescue of batches %s waits: a member is still held elsewhere", sorted(waiting))
+            await session.release_locks([c.delivery.dedupe_key for b in waiting for c in by_batch.pop(b)])
+            dead = [c for c in dead if c.batch_id not in waiting]
+        if not dead:
+            return 0
         recorded = await session.batches(list(by_batch)) if by_batch else {}
         writes, resent = [], set()
         for batch_id, claims in by_batch.items():

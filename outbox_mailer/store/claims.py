@@ -48,6 +48,7 @@ class DeadClaim:
     claimed_at: datetime
     claimed_by: str
     batch_id: int | None  # the recorded batch the row was sent in; None: sent alone
+    batch_rows: int = 0  # rows still 'sending' in that batch, found here or not (whole: as many as found)
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,7 +275,8 @@ class ClaimSession:
         max_content_bytes: int = 10 * 1024 * 1024, message_ids: MessageIdKey = DEFAULT_KEY,
         dead_workers: Sequence[str] = (), worker: str = "", started_at: datetime | None = None,
     ) -> list[DeadClaim]:
-        """Claims whose holder is gone, each now locked by this session.
+        """Claims whose holder is gone, each now locked by this session; with a row sent in a recorded
+        batch, every other member still in that batch, whatever its own claim time.
 
         ``own``: ids this session claimed itself (a session's advisory locks are re-entrant, so
         they would look free to it); a callable is asked once the session is this call's, so that
@@ -291,8 +293,8 @@ class ClaimSession:
                                               max_content_bytes, message_ids.inner_pad, message_ids.outer_pad,
                                               message_ids.default_from, message_ids.fallback_domain,
                                               list(dead_workers), worker, started_at)
-        return [DeadClaim(delivery_from_row(r, max_content_bytes), r["claimed_at"], r["claimed_by"], r["batch_id"])
-                for r in rows]
+        return [DeadClaim(delivery_from_row(r, max_content_bytes), r["claimed_at"], r["claimed_by"], r["batch_id"],
+                          r["batch_rows"]) for r in rows]
 
     async def process_seen(self, me: ProcessIdentity, worker: str,
                            forget_after_seconds: float) -> list[tuple[str, ProcessIdentity]]:

@@ -161,3 +161,46 @@ async def test_two_requests_a_second_carry_hundreds_of_emails_a_second(store: Sq
         assert dict(server.accepted_by_header) == dict.fromkeys(keys, 1)
     finally:
         server.stop()
+
+
+async def given_up(store: SqlStore, n: int, timeout: float = 20) -> None:
+    """Wait until the first request's ambiguous attempt of each of ``n`` members is written (the batch
+    was given up to a rescuer)."""
+    with anyio.fail_after(timeout):
+        while (await store.fetch("SELECT count(*) AS n FROM email_delivery_attempts "
+                                 "WHERE outcome = 'ambiguous'"))[0]["n"] < n:
+            await anyio.sleep(0.05)
+
+
+async def left_sending(store: SqlStore, keys: list[str], timeout: float = 20) -> dict[str, str]:
+    """The statuses of ``keys`` once none of them is 'sending' or 'pending' any more."""
+    with anyio.fail_after(timeout):
+        while True:
+            rows = {r["dedupe_key"]: r["status"] for r in await store.fetch(
+                "SELECT dedupe_key, status FROM email_deliveries WHERE dedupe_key = ANY($1::text[])", keys)}
+            if all(s not in ("pending", "sending") for s in rows.values()):
+                return rows
+            await anyio.sleep(0.05)
+
+
+@pytest.mark.parametrize("in_doubt", ["resend", "hold"])
+async def test_a_batch_of_rows_from_several_claims_is_rescued_whole_under_its_key(
+        store: SqlStore, resend: Any, in_doubt: str) -> None:
+    server = ProviderServer().start()
+    server.add_fault("accept_500", count=1, paths=("/emails/batch",))
+    try:
+        keys = await insert(store, 20)
+        # the rescue delay keeps every claim young for the whole test: only the rows made old below are due
+        await resend(server, in_doubt=in_doubt, rescue_after_seconds=60, rescue_interval_seconds=0.2)
+        await given_up(store, 20)
+        older = keys[:8]  # these members came from an earlier claim than the others
+        await store.execute("UPDATE email_deliveries SET claimed_at = claimed_at - interval '1 hour' "
+                            "WHERE dedupe_key = ANY($1::text[])", older)
+        assert set((await left_sending(store, older)).values()) == {"sent"}, "rescued by a replay of the batch"
+        assert not server.sends("/emails"), "no member went singly under its own key"
+        assert dict(server.accepted_by_header) == dict.fromkeys(keys, 1), "the provider created each email once"
+        assert set((await settled(store, 20)).values()) == {"sent"}, "the younger members went in the same replay"
+        first, again = server.sends("/emails/batch")
+        assert (again.headers["idempotency-key"], again.body) == (first.headers["idempotency-key"], first.body)
+    finally:
+        server.stop()
