@@ -264,9 +264,10 @@ CROSS JOIN LATERAL (SELECT (SELECT q.batch_id FROM email_queue q WHERE q.deliver
 WHERE d.id = ANY (ARRAY(SELECT delivery_id FROM locked));
 
 -- name: open_batch
--- Before a batch request: record batch transport $1, key $2, members $3 (request order) and point each member's queue row at it, fenced on each member's claim ($4 claim tokens). Returns the batch id and how many members were still ours.
+-- Before a batch request: record batch transport $1, key $2, members $3 (request order), each member's screened recipients $5 (JSON [[to, cc, bcc], ...], request order) and the request's digest $6, and point each member's queue row at it, fenced on each member's claim ($4 claim tokens). Returns the batch id and how many members were still ours.
 WITH batch AS (
-    INSERT INTO email_batches (transport, idempotency_key, member_ids) VALUES ($1, $2, $3::bigint[])
+    INSERT INTO email_batches (transport, idempotency_key, member_ids, recipients, request_digest)
+    VALUES ($1, $2, $3::bigint[], $5::text::jsonb, $6)
     RETURNING id
 ), members AS (
     UPDATE email_queue q SET batch_id = b.id
@@ -278,8 +279,9 @@ WITH batch AS (
 SELECT (SELECT id FROM batch) AS id, (SELECT count(*) FROM members) AS members;
 
 -- name: batches
--- The recorded batches with these ids: key, members in request order, and requests made so far.
-SELECT id, transport, idempotency_key, member_ids, sends FROM email_batches WHERE id = ANY($1::bigint[]);
+-- The recorded batches with these ids: key, members in request order, requests made so far, the members' recipients as sent (JSON text) and the request's digest.
+SELECT id, transport, idempotency_key, member_ids, sends, recipients::text AS recipients, request_digest
+FROM email_batches WHERE id = ANY($1::bigint[]);
 
 -- name: batch_resent
 -- Before a rescuer resends batch $1: one more request under its key. Returns the requests made, this one included.

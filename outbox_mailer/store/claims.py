@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import uuid
 from collections.abc import Callable, Sequence
@@ -51,6 +52,10 @@ class DeadClaim:
     batch_rows: int = 0  # rows still 'sending' in that batch, found here or not (whole: as many as found)
 
 
+# A batch member's To, Cc and Bcc as its request carried them (suppressed recipients left out).
+Recipients = tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]
+
+
 @dataclass(frozen=True, slots=True)
 class RecordedBatch:
     """A provider batch request as recorded before it was made (email_batches)."""
@@ -60,6 +65,15 @@ class RecordedBatch:
     key: str  # the idempotency key of every request of this batch
     member_ids: tuple[int, ...]  # in request order
     sends: int  # requests made under the key so far
+    recipients: tuple[Recipients, ...] | None = None  # per member, request order; None: recorded before schema 19
+    digest: str | None = None  # of the request (the transport's batch_digest); None: recorded before schema 19
+
+    def as_sent(self, members: Sequence[Delivery]) -> list[Delivery]:
+        """The members (in request order) with the recipients the request carried."""
+        if self.recipients is None:  # recorded before schema 19: the rows as stored
+            return list(members)
+        return [dataclasses.replace(d, to_addresses=to, cc_addresses=cc, bcc_addresses=bcc)
+                for d, (to, cc, bcc) in zip(members, self.recipients, strict=True)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +111,12 @@ def outcome_parameters(writes: Sequence[OutcomeWrite]) -> tuple[list[Any], ...]:
         [x.message_id for x in a],  # $21: the attempt's Message-ID
         [x.reply for x in a],  # $22
     )
+
+
+def _recipients(text: str | None) -> tuple[Recipients, ...] | None:
+    if text is None:
+        return None
+    return tuple((tuple(to), tuple(cc), tuple(bcc)) for to, cc, bcc in json.loads(text))
 
 
 def _refused_json(refused: Sequence[RefusedRecipient]) -> str | None:
@@ -323,13 +343,16 @@ class ClaimSession:
 
     # -- batch sends: recorded before the request, so a rescuer can resend the identical batch ------
 
-    async def open_batch(self, transport: str, key: str, members: Sequence[Delivery]) -> int | None:
-        """Record a batch (members in request order) before its request; None when a member's claim
-        was lost meanwhile (then the batch must not be sent)."""
+    async def open_batch(self, transport: str, key: str, members: Sequence[Delivery],
+                         recipients: Sequence[Recipients] | None = None, digest: str | None = None) -> int | None:
+        """Record a batch (members in request order, each with the recipients its request carries, and
+        the request's digest) before its request; None when a member's claim was lost meanwhile (then
+        the batch must not be sent)."""
+        sent_to = json.dumps([[list(field) for field in r] for r in recipients]) if recipients is not None else None
         async with self._lock:
             with translate_errors():
                 row = await self._conn.fetchrow(sql("open_batch"), transport, key, [d.id for d in members],
-                                                [d.claim_token for d in members])
+                                                [d.claim_token for d in members], sent_to, digest)
         return row["id"] if row["members"] == len(members) else None
 
     async def record_attempts(self, attempts: Sequence[tuple[Delivery, AttemptRecord]]) -> None:
@@ -350,7 +373,7 @@ class ClaimSession:
             with translate_errors():
                 rows = await self._conn.fetch(sql("batches"), list(ids))
         return {r["id"]: RecordedBatch(r["id"], r["transport"], r["idempotency_key"], tuple(r["member_ids"]),
-                                       r["sends"]) for r in rows}
+                                       r["sends"], _recipients(r["recipients"]), r["request_digest"]) for r in rows}
 
     async def batch_resent(self, batch_id: int) -> int:
         """Count one more request of a recorded batch (before it is made); returns the requests so far."""
