@@ -43,6 +43,8 @@ class DaemonObserver(Protocol):
 
     def recorded(self, write: OutcomeWrite, applied: bool) -> None: ...
 
+    def batch_replayed_to_suppressed(self, transport: str, recipients: int) -> None: ...
+
 
 class Claimer:
     def __init__(self, settings: Settings, db: DaemonSessions, inflight: InFlight, executor: Executor,

@@ -111,7 +111,8 @@ class Daemon:
                       for name, t in self.transports.items()}
         self.executor = Executor(settings, self.transports, self.gates, self.inflight, self.recorder, ledger=self._db,
                                  worker=self.worker, default_transport=default_transport, clock=clock, rng=rng)
-        self.rescuer = Rescuer(settings, self._db, self.inflight, self.executor, self.recorder, self.transports)
+        self.rescuer = Rescuer(settings, self._db, self.inflight, self.executor, self.recorder, self.transports,
+                               observer)
         self.claimer = Claimer(settings, self._db, self.inflight, self.executor, self.gates, self.lanes,
                                self.liveness, self._stopping, observer)
 

@@ -295,3 +295,9 @@ class BatchTransport(Transport, Protocol):
                          key: str) -> list[BatchOutcome]:
         """Try once, in one request: exactly one result per member, in order. Never raises for a
         delivery problem; raises ValueError when the members break the contract above."""
+
+    def batch_digest(self, messages: Sequence[ComposedMessage], deliveries: Sequence[Delivery],
+                     key: str) -> str | None:
+        """A digest of the exact request :meth:`send_batch` makes for the same arguments (recorded
+        before it, so that a resend can prove it is the identical request); None when it cannot be
+        built."""

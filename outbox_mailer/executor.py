@@ -60,7 +60,7 @@ from .inflight import InFlight
 from .message_ids import MessageIdKey
 from .recorder import Recorder
 from .staging import StagingGuard
-from .store import AttemptRecord, OutcomeWrite, RecordedBatch
+from .store import AttemptRecord, OutcomeWrite, Recipients, RecordedBatch
 from .suppression import screen
 from .transports import resend_safe_until
 from .transports.seam import batch_idempotency_key
@@ -73,7 +73,8 @@ START_MARGIN_SECONDS = 1.0  # a send must end this long before its claim could b
 class BatchLedger(Protocol):
     """Where a batch is recorded before its request (the claim session, through DaemonSessions)."""
 
-    async def open_batch(self, transport: str, key: str, members: Sequence[Delivery]) -> int | None:
+    async def open_batch(self, transport: str, key: str, members: Sequence[Delivery],
+                         recipients: Sequence[Recipients] | None = None, digest: str | None = None) -> int | None:
         """The batch's id; None when a member's claim was lost. Raises DatabaseError."""
 
     async def give_up(self, members: Sequence[Delivery],
@@ -211,26 +212,28 @@ class Executor:
         transport = self.transports[name]
         started = self.clock()
         members: list[Delivery] = []
+        screened: list[Delivery] = []  # as the request carries them: suppressed recipients left out
         messages: list[ComposedMessage] = []
         for delivery in deliveries:
-            prepared = self._prepare(delivery, started)
+            prepared = self._screened(delivery, started)
             if isinstance(prepared, Outcome):
                 self._finish(delivery, name, started, prepared)
-            elif transport.batchable(prepared, delivery):  # type: ignore[attr-defined]
+            elif transport.batchable(prepared[1], delivery):  # type: ignore[attr-defined]
                 members.append(delivery)
-                messages.append(prepared)
+                screened.append(prepared[0])
+                messages.append(prepared[1])
             else:
-                await self.carry(delivery, prepared, name=name)
+                await self.carry(delivery, prepared[1], name=name)
         if len(members) == 1 or not self.gates[name].fits_one_request(sum(len(m.recipients) for m in messages)):
             for delivery, message in zip(members, messages, strict=True):
                 await self.carry(delivery, message, name=name)
         elif members:
-            await self._send_batch(name, transport, members, messages, started)
+            await self._send_batch(name, transport, members, messages, started, screened)
 
     async def _send_batch(self, name: str, transport: Transport, members: list[Delivery],
-                          messages: list[ComposedMessage], started: datetime) -> None:
+                          messages: list[ComposedMessage], started: datetime, screened: list[Delivery]) -> None:
         try:
-            results = await self._request_batch(name, transport, members, messages)
+            results = await self._request_batch(name, transport, members, messages, screened)
         except anyio.get_cancelled_exc_class():
             log.warning("abandoned %d batch members: cancelled during the send", len(members))
             for delivery in members:
@@ -250,21 +253,25 @@ class Executor:
                 self._finish(delivery, name, started, self.gates[name].observe(result), message.message_id)
 
     async def _request_batch(self, name: str, transport: Transport, members: list[Delivery],
-                             messages: list[ComposedMessage]) -> list[BatchOutcome]:
-        """Admit once, record the batch with its key, then make the one request."""
+                             messages: list[ComposedMessage], screened: list[Delivery]) -> list[BatchOutcome]:
+        """Admit once, record the batch with its key, each member's recipients as screened and the
+        request's digest, then make the one request (built from the screened rows)."""
         held_back = await self.gates[name].admit(sum(len(m.recipients) for m in messages))
         if held_back is not None:
             return [held_back] * len(members)
         if not all(self._may_start(d, transport) for d in members):
             return [Outcome.held_back("waited too long after the claim to start a send safely")] * len(members)
         key = batch_idempotency_key([d.dedupe_key for d in members])
+        digest = transport.batch_digest(messages, screened, key)  # type: ignore[attr-defined]
+        recipients = [(d.to_addresses, d.cc_addresses, d.bcc_addresses) for d in screened]
         try:
-            batch_id = await self._ledger.open_batch(name, key, members) if self._ledger is not None else None
+            batch_id = (await self._ledger.open_batch(name, key, members, recipients, digest)
+                        if self._ledger is not None else None)
         except DatabaseError as exc:
             return [Outcome.held_back(f"could not record the batch before its request: {exc}")] * len(members)
         if batch_id is None:
             return [Outcome.held_back("a member's claim was lost before the batch request")] * len(members)
-        return await transport.send_batch(messages, members, key)  # type: ignore[attr-defined]
+        return await transport.send_batch(messages, screened, key)  # type: ignore[attr-defined]
 
     async def _give_up(self, name: str, members: list[Delivery], messages: list[ComposedMessage],
                        results: Sequence[BatchOutcome], started: datetime) -> None:
@@ -286,24 +293,29 @@ class Executor:
             await self._ledger.give_up(members, attempts)
 
     async def replay_batch(self, batch: RecordedBatch, members: Sequence[Delivery]) -> list[OutcomeWrite] | None:
-        """The rescuer's resend of a recorded batch: the identical members (in request order) under the
-        identical key. None when it could not be resent now (the rows stay for the next rescue)."""
+        """The rescuer's resend of a recorded batch: the identical request (the members in request
+        order, each to the recipients recorded with the batch, not screened again) under the identical
+        key, checked against the recorded digest. None when it could not be resent now (the rows stay
+        for the next rescue)."""
         transport = self.transports[batch.transport]
         started = self.clock()
-        # as composed the first time (not screened again: the same bytes under the same key), but never
-        # past the staging guard
-        prepared = [self._guarded(delivery) for delivery in members]
+        sent_as = batch.as_sent(members)
+        # never past the staging guard
+        prepared = [self._guarded(delivery) for delivery in sent_as]
         prepared = [p if isinstance(p, Outcome) else self._compose(p, started) for p in prepared]
         if any(isinstance(p, Outcome) for p in prepared):
             # the identical batch cannot go out: each refused row fails as it would have, the others
             # (their first request's fate unknown) go through the in-doubt policy one by one
-            unknown = Outcome.ambiguous(f"batch {batch.key} not resent: some of its members may not be sent")
-            return [self._write(d, batch.transport, started, p if isinstance(p, Outcome) else unknown,
-                                worker=f"rescuer {self.worker}") for d, p in zip(members, prepared, strict=True)]
+            return self._not_resent(batch, members, started, "some of its members may not be sent", prepared)
         messages = [p for p in prepared if not isinstance(p, Outcome)]
+        if batch.digest is not None and batch.digest != transport.batch_digest(  # type: ignore[attr-defined]
+                messages, sent_as, batch.key):
+            log.warning("batch %d not resent: its request cannot be rebuilt as recorded", batch.id)
+            return self._not_resent(batch, members, started, "its request can no longer be rebuilt identically "
+                                    "(a member's row or the daemon's settings changed)")
         if await self.gates[batch.transport].admit(sum(len(m.recipients) for m in messages)) is not None:
             return self._not_replayed(members)
-        results = await transport.send_batch(messages, list(members), batch.key)  # type: ignore[attr-defined]
+        results = await transport.send_batch(messages, sent_as, batch.key)  # type: ignore[attr-defined]
         now = self.clock()
         if any(resend_whole(r, now) or (isinstance(r, Outcome) and r.cause in _NOT_JUDGED) for r in results):
             return self._not_replayed(members)  # not settled (the first request may still be there: 409): later
@@ -314,6 +326,15 @@ class Executor:
                                       message.message_id, worker=f"rescuer {self.worker}"))
         return writes
 
+    def _not_resent(self, batch: RecordedBatch, members: Sequence[Delivery], started: datetime, why: str,
+                    prepared: Sequence[ComposedMessage | Outcome] = ()) -> list[OutcomeWrite]:
+        """The writes when the identical batch cannot go again: a member refused as ``prepared`` says
+        fails as it would have, the others go through the in-doubt policy one by one."""
+        unknown = Outcome.ambiguous(f"batch {batch.key} not resent: {why}")
+        refused = [p if isinstance(p, Outcome) else unknown for p in prepared] or [unknown] * len(members)
+        return [self._write(d, batch.transport, started, outcome, worker=f"rescuer {self.worker}")
+                for d, outcome in zip(members, refused, strict=True)]
+
     def _not_replayed(self, members: Sequence[Delivery]) -> None:
         for delivery in members:  # the notes of their screening wait for no write
             self._dropped.pop(delivery.id, None)
@@ -321,6 +342,11 @@ class Executor:
     # -- the path -----------------------------------------------------------------
 
     def _prepare(self, delivery: Delivery, now: datetime) -> ComposedMessage | Outcome:
+        prepared = self._screened(delivery, now)
+        return prepared if isinstance(prepared, Outcome) else prepared[1]
+
+    def _screened(self, delivery: Delivery, now: datetime) -> tuple[Delivery, ComposedMessage] | Outcome:
+        """The row as screened for suppressions (what a batch records) and its message, or why not."""
         if delivery.expires_at is not None and delivery.expires_at <= now:
             return Outcome.unsendable(f"expired at {delivery.expires_at.isoformat()} before it could be sent")
         screened = screen(delivery)
@@ -329,7 +355,8 @@ class Executor:
         if screened.dropped:
             self._dropped[delivery.id] = screened.dropped
         guarded = self._guarded(screened.delivery)
-        return guarded if isinstance(guarded, Outcome) else self._compose(guarded, now)
+        message = guarded if isinstance(guarded, Outcome) else self._compose(guarded, now)
+        return message if isinstance(message, Outcome) else (screened.delivery, message)
 
     def _guarded(self, delivery: Delivery) -> Delivery | Outcome:
         """The row as the staging guard lets it go (only allowed recipients, or redirected), or why not."""

@@ -105,6 +105,10 @@ class Metrics:
                                    "changed (should stay 0)", registry=r)
         self.suppressed = Counter("outbox_mailer_emails_suppressed", "Rows failed unsent because every "
                                   "recipient is suppressed", by_transport, registry=r)
+        self.replayed_to_suppressed = Counter(
+            "outbox_mailer_batch_replay_suppressed_recipients", "Recipients a rescuer's resend of a recorded batch "
+            "request still carried though they were suppressed after that request was recorded (the request "
+            "must stay identical for the provider to absorb it)", by_transport, registry=r)
         self.send_duration = Histogram("outbox_mailer_send_duration_seconds", "Duration of one attempt, claim to "
                                        "outcome, by transport and attempt outcome", ["transport", "outcome"],
                                        buckets=LATENCY_BUCKETS, registry=r)
@@ -159,6 +163,12 @@ class Metrics:
             counter.labels(transport).inc()
         if transition.status is Status.FAILED and (transition.last_error or "").startswith(SUPPRESSED):
             self.suppressed.labels(transport).inc()
+
+    def batch_replayed_to_suppressed(self, transport: str, recipients: int) -> None:
+        try:
+            self.replayed_to_suppressed.labels(self._transport(transport)).inc(recipients)
+        except Exception:
+            log.exception("metrics: cannot count a replay's suppressed recipients")
 
     # ---- health, from the last snapshot ------------------------------------------
 

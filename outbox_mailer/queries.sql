@@ -221,7 +221,7 @@ WHERE a.delivery_id = ANY ($1::bigint[]);
 SELECT date_part('epoch', min(scheduled_at)) AS next_due_at FROM email_queue WHERE claimed_at IS NULL;
 
 -- name: find_dead_claims
--- Claims (found through email_queue) older than $1 seconds, or of the workers $9 whose processes are provably dead (processes.py; under this process's own name $10, only claims made before it started, $11), whose advisory lock nobody holds, except this session's own rows $3 (session locks are re-entrant); locks each for this session. Columns as claim_due returns them (content left out above $4 bytes; the Message-ID that was sent, from the key $5 to $8, where the claiming daemon did not write it), with the claim and the batch the row was sent in (null: sent alone).
+-- Claims (found through email_queue) older than $1 seconds, or of the workers $9 whose processes are provably dead (processes.py; under this process's own name $10, only claims made before it started, $11), whose advisory lock nobody holds, except this session's own rows $3 (session locks are re-entrant), and with each such row sent in a recorded batch every other member still 'sending' in that batch, whatever its own claim time (a batch is rescued whole: its request was made after every member's claim, so it ended before the oldest member's claim became due); locks each for this session. Columns as claim_due returns them (content left out above $4 bytes; the Message-ID that was sent, from the key $5 to $8, where the claiming daemon did not write it), with the claim, the batch the row was sent in (null: sent alone) and how many rows are still in that batch (the rescuer takes a batch only when it holds them all).
 WITH stale AS (
     SELECT d.id AS delivery_id, outbox_mailer_lock_key(d.dedupe_key) AS lock_key
     FROM email_deliveries d
@@ -235,21 +235,39 @@ WITH stale AS (
     ORDER BY d.claimed_at
     LIMIT $2
     FOR NO KEY UPDATE OF d SKIP LOCKED
+), mates AS (
+    -- the other members of the batches those rows went in (walks email_queue_batch_idx)
+    SELECT d.id AS delivery_id, outbox_mailer_lock_key(d.dedupe_key) AS lock_key
+    FROM email_deliveries d
+    WHERE d.id = ANY (ARRAY(
+              SELECT m.delivery_id FROM email_queue m
+              WHERE m.batch_id = ANY (ARRAY(
+                  SELECT q.batch_id FROM email_queue q
+                  WHERE q.delivery_id = ANY (ARRAY(SELECT delivery_id FROM stale)) AND q.batch_id IS NOT NULL))))
+      AND d.id <> ALL (ARRAY(SELECT delivery_id FROM stale))
+      AND d.status = 'sending'
+      AND d.id <> ALL ($3::bigint[])
+    FOR NO KEY UPDATE OF d SKIP LOCKED
 ), locked AS (
     SELECT delivery_id FROM stale WHERE pg_try_advisory_lock(lock_key)
+    UNION ALL
+    SELECT delivery_id FROM mates WHERE pg_try_advisory_lock(lock_key)
 )
 SELECT
     -- include: claimed_row
-    , d.claimed_at, d.claimed_by,
-    (SELECT q.batch_id FROM email_queue q WHERE q.delivery_id = d.id) AS batch_id
-FROM email_deliveries d, (SELECT $4::bigint AS max_bytes) lim,
+    , d.claimed_at, d.claimed_by, b.batch_id,
+    (SELECT count(*) FROM email_queue m WHERE m.batch_id = b.batch_id) AS batch_rows
+FROM email_deliveries d
+CROSS JOIN LATERAL (SELECT (SELECT q.batch_id FROM email_queue q WHERE q.delivery_id = d.id) AS batch_id) b,
+     (SELECT $4::bigint AS max_bytes) lim,
      (SELECT $5::bytea AS inner_pad, $6::bytea AS outer_pad, $7::text AS default_from, $8::text AS fallback) mid
 WHERE d.id = ANY (ARRAY(SELECT delivery_id FROM locked));
 
 -- name: open_batch
--- Before a batch request: record batch transport $1, key $2, members $3 (request order) and point each member's queue row at it, fenced on each member's claim ($4 claim tokens). Returns the batch id and how many members were still ours.
+-- Before a batch request: record batch transport $1, key $2, members $3 (request order), each member's screened recipients $5 (JSON [[to, cc, bcc], ...], request order) and the request's digest $6, and point each member's queue row at it, fenced on each member's claim ($4 claim tokens). Returns the batch id and how many members were still ours.
 WITH batch AS (
-    INSERT INTO email_batches (transport, idempotency_key, member_ids) VALUES ($1, $2, $3::bigint[])
+    INSERT INTO email_batches (transport, idempotency_key, member_ids, recipients, request_digest)
+    VALUES ($1, $2, $3::bigint[], $5::text::jsonb, $6)
     RETURNING id
 ), members AS (
     UPDATE email_queue q SET batch_id = b.id
@@ -261,8 +279,9 @@ WITH batch AS (
 SELECT (SELECT id FROM batch) AS id, (SELECT count(*) FROM members) AS members;
 
 -- name: batches
--- The recorded batches with these ids: key, members in request order, and requests made so far.
-SELECT id, transport, idempotency_key, member_ids, sends FROM email_batches WHERE id = ANY($1::bigint[]);
+-- The recorded batches with these ids: key, members in request order, requests made so far, the members' recipients as sent (JSON text) and the request's digest.
+SELECT id, transport, idempotency_key, member_ids, sends, recipients::text AS recipients, request_digest
+FROM email_batches WHERE id = ANY($1::bigint[]);
 
 -- name: batch_resent
 -- Before a rescuer resends batch $1: one more request under its key. Returns the requests made, this one included.

@@ -20,7 +20,8 @@ from datetime import datetime
 import anyio
 
 from .config import Settings
-from .delivery import Transport
+from .claimer import DaemonObserver
+from .delivery import Delivery, Transport
 from .errors import DatabaseError, DatabaseUnavailable
 from .executor import Executor
 from .inflight import InFlight
@@ -28,6 +29,7 @@ from .recorder import Recorder
 from .sessions import DaemonSessions
 from .processes import dead_workers, this_process
 from .store import ClaimSession, DeadClaim, RecordedBatch
+from .suppression import suppressed_among
 from .transports import resend_safe_until
 
 log = logging.getLogger("outbox_mailer")
@@ -41,13 +43,15 @@ BATCH_RECORD_SECONDS = 2 * 86_400.0  # recorded batches no row points at are for
 
 class Rescuer:
     def __init__(self, settings: Settings, db: DaemonSessions, inflight: InFlight, executor: Executor,
-                 recorder: Recorder, transports: Mapping[str, Transport]) -> None:
+                 recorder: Recorder, transports: Mapping[str, Transport],
+                 observer: DaemonObserver | None = None) -> None:
         self.settings = settings
         self._db = db
         self._inflight = inflight
         self._executor = executor
         self._recorder = recorder
         self._transports = transports
+        self._observer = observer
         self._me = this_process()
         self._dead: list[str] = []  # workers whose processes here are provably dead, at the last look
         self._started_at: datetime | None = None  # set by register(); None: own name's claims wait the delay
@@ -118,8 +122,10 @@ class Rescuer:
     async def rescue_once(self) -> int:
         """Settle claims of dead processes (or given up to a rescuer); returns how many.
 
-        A row sent in a recorded batch is resent as that identical batch under its
-        key, while every member was found and the provider still absorbs a repeat
+        A recorded batch is taken whole or not at all: the claims come with every
+        member still in the batch, whatever claim each came from, and a batch of
+        which some member is held elsewhere waits for the next pass. It is resent as
+        that identical batch under its key, while the provider still absorbs a repeat
         (a resend under the same key is absorbed, so it goes again at every rescue until the window
         closes); past the window, a batch's rows go through the in-doubt policy, never resent under
         their own keys as if safe; any other dead claim is ambiguous and
@@ -132,12 +138,17 @@ class Rescuer:
                                               message_ids=self._executor.message_ids, dead_workers=self._dead,
                                               worker=self._executor.worker, started_at=self._started_at)
         await session.prune_batches(BATCH_RECORD_SECONDS)
-        if not dead:
-            return 0
         by_batch: dict[int, list[DeadClaim]] = {}
         for claim in dead:
             if claim.batch_id is not None:
                 by_batch.setdefault(claim.batch_id, []).append(claim)
+        waiting = {b for b, claims in by_batch.items() if len(claims) < claims[0].batch_rows}
+        if waiting:  # a member is still held (by its live daemon, or an operator's statement): the batch waits
+            log.info("rescue of batches %s waits: a member is still held elsewhere", sorted(waiting))
+            await session.release_locks([c.delivery.dedupe_key for b in waiting for c in by_batch.pop(b)])
+            dead = [c for c in dead if c.batch_id not in waiting]
+        if not dead:
+            return 0
         recorded = await session.batches(list(by_batch)) if by_batch else {}
         writes, resent = [], set()
         for batch_id, claims in by_batch.items():
@@ -145,6 +156,7 @@ class Rescuer:
             if batch is None or not self._may_resend(batch, claims):
                 continue
             members = sorted((c.delivery for c in claims), key=lambda d: batch.member_ids.index(d.id))
+            self._count_suppressed_since(batch, members)
             await session.batch_resent(batch.id)
             log.warning("resending batch %d (%d emails) under its recorded key (request %d)", batch.id,
                         len(members), batch.sends + 1)
@@ -167,6 +179,16 @@ class Rescuer:
             with anyio.CancelScope(shield=True):
                 await self._recorder.record(writes)
         return len(writes)
+
+    def _count_suppressed_since(self, batch: RecordedBatch, members: list[Delivery]) -> None:
+        """The identical request goes again, to recipients suppressed after it was recorded too (the
+        crash window of a batch: the first request may have reached them already): say so, and count."""
+        late = [s for d in batch.as_sent(members) for s in suppressed_among(d)]
+        if late:
+            log.warning("batch %d is resent to %d recipients suppressed after its request was recorded: %s",
+                        batch.id, len(late), "; ".join(s.describe() for s in late))
+            if self._observer is not None:
+                self._observer.batch_replayed_to_suppressed(batch.transport, len(late))
 
     def _batch_transport(self, claim: DeadClaim, recorded: Mapping[int, RecordedBatch]) -> str | None:
         """The transport a dead claim's batch went through (None: it went alone); for a batch no

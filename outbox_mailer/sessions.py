@@ -28,7 +28,7 @@ import anyio
 
 from .delivery import Delivery
 from .errors import DatabaseBusy, DatabaseError, DatabaseUnavailable
-from .store import AttemptRecord, ClaimSession, Listener, SessionLimits
+from .store import AttemptRecord, ClaimSession, Listener, Recipients, SessionLimits
 from .store.connection import settled
 
 log = logging.getLogger("outbox_mailer")
@@ -160,10 +160,11 @@ class DaemonSessions:
         except DatabaseError as exc:
             await self.failed(exc)  # closing the session releases every lock it held
 
-    async def open_batch(self, transport: str, key: str, members: Sequence[Delivery]) -> int | None:
+    async def open_batch(self, transport: str, key: str, members: Sequence[Delivery],
+                         recipients: Sequence[Recipients] | None = None, digest: str | None = None) -> int | None:
         """Record a batch before its request (see ClaimSession.open_batch); a database error is raised."""
         try:
-            return await (await self.claim_session()).open_batch(transport, key, members)
+            return await (await self.claim_session()).open_batch(transport, key, members, recipients, digest)
         except DatabaseError as exc:
             await self.failed(exc)
             raise

@@ -84,11 +84,11 @@ def screen(delivery: Delivery) -> Screened:
     as much as the SMTP envelope), and out of the recipients a partial retry still owes."""
     if not delivery.suppressed:
         return Screened(delivery, None, ())
-    by_key = {s.address: s for s in map(Suppressed.parse, delivery.suppressed)}
+    by_key = _by_key(delivery)
     owed = delivery.retry_recipients
     candidates = owed if owed is not None else (*delivery.to_addresses, *delivery.cc_addresses,
                                                 *delivery.bcc_addresses)
-    dropped = list({hit.address: hit for raw in candidates if (hit := by_key.get(_key(raw)))}.values())
+    dropped = _found(by_key, candidates)
     if not dropped:
         return Screened(delivery, None, ())
     kept = [raw for raw in candidates if _key(raw) not in by_key]
@@ -104,6 +104,22 @@ def screen(delivery: Delivery) -> Screened:
         delivery, to_addresses=tuple(to), cc_addresses=tuple(cc), bcc_addresses=tuple(bcc),
         retry_recipients=tuple(_addr_spec(r) for r in kept) if owed is not None else None)
     return Screened(screened, None, notes)
+
+
+def suppressed_among(delivery: Delivery) -> list[Suppressed]:
+    """Which of the row's To, Cc and Bcc the claim found suppressed, each address once (a replayed
+    batch request goes to the recipients it first carried, suppressed since or not)."""
+    if not delivery.suppressed:
+        return []
+    return _found(_by_key(delivery), (*delivery.to_addresses, *delivery.cc_addresses, *delivery.bcc_addresses))
+
+
+def _by_key(delivery: Delivery) -> dict[str, Suppressed]:
+    return {s.address: s for s in map(Suppressed.parse, delivery.suppressed)}
+
+
+def _found(by_key: dict[str, Suppressed], candidates: tuple[str, ...]) -> list[Suppressed]:
+    return list({hit.address: hit for raw in candidates if (hit := by_key.get(_key(raw)))}.values())
 
 
 def _addr_spec(raw: str) -> str:

@@ -17,10 +17,11 @@ from .claims import (
            DeadClaim,
            Listener,
            OutcomeWrite,
+           Recipients,
            RecordedBatch,
 )
 from .connection import CHANNEL, SessionLimits, translate_errors
 from .events import EventStore
 
 __all__ = ["CHANNEL", "AttemptRecord", "ClaimSession", "DeadClaim", "EventStore", "Listener", "OutcomeWrite",
-           "RecordedBatch", "SessionLimits", "Store", "translate_errors"]
+           "Recipients", "RecordedBatch", "SessionLimits", "Store", "translate_errors"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import uuid
 from collections.abc import Callable, Sequence
@@ -48,6 +49,11 @@ class DeadClaim:
     claimed_at: datetime
     claimed_by: str
     batch_id: int | None  # the recorded batch the row was sent in; None: sent alone
+    batch_rows: int = 0  # rows still 'sending' in that batch, found here or not (whole: as many as found)
+
+
+# A batch member's To, Cc and Bcc as its request carried them (suppressed recipients left out).
+Recipients = tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +65,15 @@ class RecordedBatch:
     key: str  # the idempotency key of every request of this batch
     member_ids: tuple[int, ...]  # in request order
     sends: int  # requests made under the key so far
+    recipients: tuple[Recipients, ...] | None = None  # per member, request order; None: recorded before schema 19
+    digest: str | None = None  # of the request (the transport's batch_digest); None: recorded before schema 19
+
+    def as_sent(self, members: Sequence[Delivery]) -> list[Delivery]:
+        """The members (in request order) with the recipients the request carried."""
+        if self.recipients is None:  # recorded before schema 19: the rows as stored
+            return list(members)
+        return [dataclasses.replace(d, to_addresses=to, cc_addresses=cc, bcc_addresses=bcc)
+                for d, (to, cc, bcc) in zip(members, self.recipients, strict=True)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +111,12 @@ def outcome_parameters(writes: Sequence[OutcomeWrite]) -> tuple[list[Any], ...]:
         [x.message_id for x in a],  # $21: the attempt's Message-ID
         [x.reply for x in a],  # $22
     )
+
+
+def _recipients(text: str | None) -> tuple[Recipients, ...] | None:
+    if text is None:
+        return None
+    return tuple((tuple(to), tuple(cc), tuple(bcc)) for to, cc, bcc in json.loads(text))
 
 
 def _refused_json(refused: Sequence[RefusedRecipient]) -> str | None:
@@ -274,7 +295,8 @@ class ClaimSession:
         max_content_bytes: int = 10 * 1024 * 1024, message_ids: MessageIdKey = DEFAULT_KEY,
         dead_workers: Sequence[str] = (), worker: str = "", started_at: datetime | None = None,
     ) -> list[DeadClaim]:
-        """Claims whose holder is gone, each now locked by this session.
+        """Claims whose holder is gone, each now locked by this session; with a row sent in a recorded
+        batch, every other member still in that batch, whatever its own claim time.
 
         ``own``: ids this session claimed itself (a session's advisory locks are re-entrant, so
         they would look free to it); a callable is asked once the session is this call's, so that
@@ -291,8 +313,8 @@ class ClaimSession:
                                               max_content_bytes, message_ids.inner_pad, message_ids.outer_pad,
                                               message_ids.default_from, message_ids.fallback_domain,
                                               list(dead_workers), worker, started_at)
-        return [DeadClaim(delivery_from_row(r, max_content_bytes), r["claimed_at"], r["claimed_by"], r["batch_id"])
-                for r in rows]
+        return [DeadClaim(delivery_from_row(r, max_content_bytes), r["claimed_at"], r["claimed_by"], r["batch_id"],
+                          r["batch_rows"]) for r in rows]
 
     async def process_seen(self, me: ProcessIdentity, worker: str,
                            forget_after_seconds: float) -> list[tuple[str, ProcessIdentity]]:
@@ -321,13 +343,16 @@ class ClaimSession:
 
     # -- batch sends: recorded before the request, so a rescuer can resend the identical batch ------
 
-    async def open_batch(self, transport: str, key: str, members: Sequence[Delivery]) -> int | None:
-        """Record a batch (members in request order) before its request; None when a member's claim
-        was lost meanwhile (then the batch must not be sent)."""
+    async def open_batch(self, transport: str, key: str, members: Sequence[Delivery],
+                         recipients: Sequence[Recipients] | None = None, digest: str | None = None) -> int | None:
+        """Record a batch (members in request order, each with the recipients its request carries, and
+        the request's digest) before its request; None when a member's claim was lost meanwhile (then
+        the batch must not be sent)."""
+        sent_to = json.dumps([[list(field) for field in r] for r in recipients]) if recipients is not None else None
         async with self._lock:
             with translate_errors():
                 row = await self._conn.fetchrow(sql("open_batch"), transport, key, [d.id for d in members],
-                                                [d.claim_token for d in members])
+                                                [d.claim_token for d in members], sent_to, digest)
         return row["id"] if row["members"] == len(members) else None
 
     async def record_attempts(self, attempts: Sequence[tuple[Delivery, AttemptRecord]]) -> None:
@@ -348,7 +373,7 @@ class ClaimSession:
             with translate_errors():
                 rows = await self._conn.fetch(sql("batches"), list(ids))
         return {r["id"]: RecordedBatch(r["id"], r["transport"], r["idempotency_key"], tuple(r["member_ids"]),
-                                       r["sends"]) for r in rows}
+                                       r["sends"], _recipients(r["recipients"]), r["request_digest"]) for r in rows}
 
     async def batch_resent(self, batch_id: int) -> int:
         """Count one more request of a recorded batch (before it is made); returns the requests so far."""

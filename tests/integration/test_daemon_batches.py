@@ -17,6 +17,7 @@ import pytest
 
 from outbox_mailer.config import ApiTransportSettings
 from outbox_mailer.daemon import Daemon
+from outbox_mailer.metrics import Metrics
 from outbox_mailer.transports.api.http import HttpApiTransport
 from outbox_mailer.transports.seam import batch_idempotency_key
 from tests.integration.conftest import settings_for
@@ -33,7 +34,7 @@ async def resend(db_url: str) -> AsyncIterator[Callable[..., Any]]:
     running: list[tuple[Daemon, Any, HttpApiTransport]] = []
 
     async def start(server: ProviderServer, *, batch: bool = True, rate: float | None = None,
-                    **overrides: Any) -> Daemon:
+                    observer: Metrics | None = None, **overrides: Any) -> Daemon:
         options = {"kind": "resend", "api_key": "test", "base_url": server.base_url, "timeout_seconds": 2,
                    "batch": batch, "rate_per_second": rate or 1000, "burst": 2 if rate else 100}
         transport = HttpApiTransport(ApiTransportSettings(**options), name="resend")
@@ -42,7 +43,7 @@ async def resend(db_url: str) -> AsyncIterator[Callable[..., Any]]:
         settings = settings_for(db_url, SimpleNamespace(host="127.0.0.1", port=0), smtp=smtp,
                                 transports={"resend": options}, default_transport="resend",
                                 concurrency=300, **overrides)
-        daemon = Daemon(settings, {"resend": transport}, default_transport="resend")
+        daemon = Daemon(settings, {"resend": transport}, default_transport="resend", observer=observer)
         tg = anyio.create_task_group()
         await tg.__aenter__()
         tg.start_soon(daemon.run)
@@ -159,5 +160,97 @@ async def test_two_requests_a_second_carry_hundreds_of_emails_a_second(store: Sq
         # milliseconds): refused requests delivered nothing, and their rows went in a later batch
         assert sum(server.batches.values()) <= 8, "six to eight accepted requests of up to 100 emails"
         assert dict(server.accepted_by_header) == dict.fromkeys(keys, 1)
+    finally:
+        server.stop()
+
+
+async def given_up(store: SqlStore, n: int, timeout: float = 20) -> None:
+    """Wait until the first request's ambiguous attempt of each of ``n`` members is written (the batch
+    was given up to a rescuer)."""
+    with anyio.fail_after(timeout):
+        while (await store.fetch("SELECT count(*) AS n FROM email_delivery_attempts "
+                                 "WHERE outcome = 'ambiguous'"))[0]["n"] < n:
+            await anyio.sleep(0.05)
+
+
+async def left_sending(store: SqlStore, keys: list[str], timeout: float = 20) -> dict[str, str]:
+    """The statuses of ``keys`` once none of them is 'sending' or 'pending' any more."""
+    with anyio.fail_after(timeout):
+        while True:
+            rows = {r["dedupe_key"]: r["status"] for r in await store.fetch(
+                "SELECT dedupe_key, status FROM email_deliveries WHERE dedupe_key = ANY($1::text[])", keys)}
+            if all(s not in ("pending", "sending") for s in rows.values()):
+                return rows
+            await anyio.sleep(0.05)
+
+
+@pytest.mark.parametrize("in_doubt", ["resend", "hold"])
+async def test_a_batch_of_rows_from_several_claims_is_rescued_whole_under_its_key(
+        store: SqlStore, resend: Any, in_doubt: str) -> None:
+    server = ProviderServer().start()
+    server.add_fault("accept_500", count=1, paths=("/emails/batch",))
+    try:
+        keys = await insert(store, 20)
+        # the rescue delay keeps every claim young for the whole test: only the rows made old below are due
+        await resend(server, in_doubt=in_doubt, rescue_after_seconds=60, rescue_interval_seconds=0.2)
+        await given_up(store, 20)
+        older = keys[:8]  # these members came from an earlier claim than the others
+        await store.execute("UPDATE email_deliveries SET claimed_at = claimed_at - interval '1 hour' "
+                            "WHERE dedupe_key = ANY($1::text[])", older)
+        assert set((await left_sending(store, older)).values()) == {"sent"}, "rescued by a replay of the batch"
+        assert not server.sends("/emails"), "no member went singly under its own key"
+        assert dict(server.accepted_by_header) == dict.fromkeys(keys, 1), "the provider created each email once"
+        assert set((await settled(store, 20)).values()) == {"sent"}, "the younger members went in the same replay"
+        first, again = server.sends("/emails/batch")
+        assert (again.headers["idempotency-key"], again.body) == (first.headers["idempotency-key"], first.body)
+    finally:
+        server.stop()
+
+
+async def suppress(store: SqlStore, address: str) -> None:
+    await store.execute("INSERT INTO email_suppressions (address, reason, source) VALUES ($1, 'complaint', 'test')",
+                        address)
+
+
+@pytest.mark.parametrize("first_request", ["accept_500", "drop"])
+async def test_a_batch_replay_is_the_identical_request_as_screened_when_first_sent(
+        store: SqlStore, resend: Any, first_request: str) -> None:
+    server = ProviderServer().start()
+    server.add_fault(first_request, count=1, paths=("/emails/batch",))
+    try:
+        keys = await insert(store, 10)
+        await store.execute("UPDATE email_deliveries SET to_addresses = to_addresses || 'gone@example.com'::text "
+                            "WHERE dedupe_key = 'b1'")
+        await suppress(store, "gone@example.com")  # before the first request: left out of it
+        await resend(server, rescue_after_seconds=4, rescue_interval_seconds=0.2)
+        assert set((await settled(store, 10, timeout=30)).values()) == {"sent"}
+        first, *again = server.sends("/emails/batch")
+        assert again, "the batch was resent"
+        assert b"gone@example.com" not in first.body
+        assert all(r.body == first.body for r in again), "the replay is the request as first screened, byte for byte"
+        assert server.conflicts == 0, "no repeat under the key carried another payload"
+        assert dict(server.accepted_by_header) == dict.fromkeys(keys, 1)
+    finally:
+        server.stop()
+
+
+async def test_a_recipient_suppressed_after_the_batch_request_gets_the_identical_replay_and_is_counted(
+        store: SqlStore, resend: Any, db_url: str) -> None:
+    server = ProviderServer().start()
+    server.add_fault("accept_500", count=1, paths=("/emails/batch",))
+    try:
+        keys = await insert(store, 10)
+        metrics = Metrics(settings_for(db_url, SimpleNamespace(host="127.0.0.1", port=1), default_transport="resend",
+                                       transports={"resend": {"kind": "resend", "api_key": "test"}}))
+        await resend(server, rescue_after_seconds=60, rescue_interval_seconds=0.2, observer=metrics)
+        await given_up(store, 10)
+        await suppress(store, "b3@example.com")  # a complaint about the first request's email, say
+        await store.execute("UPDATE email_deliveries SET claimed_at = claimed_at - interval '1 hour'")
+        assert set((await settled(store, 10)).values()) == {"sent"}
+        first, again = server.sends("/emails/batch")
+        assert again.body == first.body and server.conflicts == 0, "the provider could absorb the replay"
+        assert dict(server.accepted_by_header) == dict.fromkeys(keys, 1)
+        assert metrics.registry.get_sample_value("outbox_mailer_batch_replay_suppressed_recipients_total",
+                                                 {"transport": "resend"}) == 1
     finally:
         server.stop()

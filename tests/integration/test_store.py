@@ -330,3 +330,22 @@ async def test_an_idle_session_unlocks_each_outcome_right_after_its_write(db_url
     finally:
         await holder.close()
         await other.close()
+
+
+async def test_a_dead_claim_in_a_batch_comes_with_every_member_of_that_batch_whatever_its_claim_time(
+        db_url: str, store: SqlStore) -> None:
+    await insert_rows(store, 4)
+    dead = await ClaimSession.open(db_url)
+    first = await dead.claim_due(2, "dead")
+    second = await dead.claim_due(2, "dead")
+    assert await dead.open_batch("resend", "batch-key", [*first, *second]) is not None
+    await dead.close()
+    await store.execute("UPDATE email_deliveries SET claimed_at = now() - interval '1 hour' WHERE id = $1",
+                        first[0].id)  # only this member's claim is old enough to rescue
+    rescuer = await ClaimSession.open(db_url)
+    try:
+        found = await rescuer.find_dead_claims(60, 1)
+        assert sorted(c.delivery.id for c in found) == sorted(d.id for d in [*first, *second])
+        assert {(c.batch_id is not None, c.batch_rows) for c in found} == {(True, 4)}
+    finally:
+        await rescuer.close()

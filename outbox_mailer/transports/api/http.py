@@ -25,6 +25,7 @@ the logging set-up, :func:`outbox_mailer.logs.configure_logging`, quiets it).
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -39,7 +40,7 @@ from ...errors import TransportUnavailable
 from ...redaction import redacted_url
 from ..registry import API_PROVIDERS, in_house
 from ..seam import AUTH_PAUSE_SECONDS, one_line, resend_safe_until
-from .batches import BatchItem, batch_provider
+from .batches import BatchItem, BatchProvider, batch_provider
 from .provider import ApiRequest, ApiResponse, Provider, ProviderOptions
 
 __all__ = ["HttpApiTransport", "provider_for"]
@@ -153,20 +154,11 @@ class HttpApiTransport:
         unreachable for every member; sent without an answer -> ambiguous for every
         member. A request that cannot be built sends every member singly.
         """
-        if self._batches is None:
-            raise ValueError(f"transport {self.name!r} does not batch (batch_limit 0)")
-        if len(messages) != len(deliveries) or not 1 <= len(messages) <= self.batch_limit:
-            raise ValueError(f"a batch of transport {self.name!r} takes 1-{self.batch_limit} members, as many "
-                             f"messages as deliveries (got {len(messages)} and {len(deliveries)})")
-        items = []
-        for message, delivery in zip(messages, deliveries, strict=True):
-            if message.fields is None or not self._batches.batchable(message.fields, delivery):
-                raise ValueError(f"row {delivery.dedupe_key!r} cannot go in a batch: send it singly")
-            items.append(BatchItem(message.fields, delivery, message.message_id))
+        batches, items = self._batch_items(messages, deliveries)
         if self._closed:
             return [Outcome.held_back(f"transport {self.name!r} is closed") for _ in deliveries]
         try:
-            request = self._batches.build_batch(items, key)
+            request = batches.build_batch(items, key)
         except ValueError as exc:
             reason = self._clean(f"cannot build the {self.kind} batch request: {exc}")
             return [SendSingly(reason) for _ in deliveries]
@@ -178,6 +170,34 @@ class HttpApiTransport:
             raise RuntimeError(f"{self.kind}: {len(outcomes)} outcomes for a batch of {len(deliveries)}")
         return [self._cleaned(outcome) if isinstance(outcome, Outcome) else replace(
             outcome, reason=self._clean(outcome.reason)) for outcome in outcomes]
+
+    def batch_digest(self, messages: Sequence[ComposedMessage], deliveries: Sequence[Delivery],
+                     key: str) -> str | None:
+        """The hex SHA-256 of the request :meth:`send_batch` makes for these arguments (method, URL,
+        body); None when it cannot be built (the members then go singly). Raises as send_batch does."""
+        batches, items = self._batch_items(messages, deliveries)
+        try:
+            request = batches.build_batch(items, key)
+        except ValueError:
+            return None
+        digest = hashlib.sha256(f"{request.method} {request.url}\n".encode())
+        digest.update(request.body or b"")
+        return digest.hexdigest()
+
+    def _batch_items(self, messages: Sequence[ComposedMessage],
+                     deliveries: Sequence[Delivery]) -> tuple[BatchProvider, list[BatchItem]]:
+        """The batch side and one item per member; ValueError when the members break the contract."""
+        if self._batches is None:
+            raise ValueError(f"transport {self.name!r} does not batch (batch_limit 0)")
+        if len(messages) != len(deliveries) or not 1 <= len(messages) <= self.batch_limit:
+            raise ValueError(f"a batch of transport {self.name!r} takes 1-{self.batch_limit} members, as many "
+                             f"messages as deliveries (got {len(messages)} and {len(deliveries)})")
+        items = []
+        for message, delivery in zip(messages, deliveries, strict=True):
+            if message.fields is None or not self._batches.batchable(message.fields, delivery):
+                raise ValueError(f"row {delivery.dedupe_key!r} cannot go in a batch: send it singly")
+            items.append(BatchItem(message.fields, delivery, message.message_id))
+        return self._batches, items
 
     # -- the one request ---------------------------------------------------------------
 
