@@ -14,9 +14,9 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .delivery_events.model import BounceClass, Kind, ProviderEvent
+from .delivery_events.model import ProviderEvent
 from .store import EventStore
-from .suppression import normal_address
+from .suppression import normal_address, suppression_for
 
 log = logging.getLogger("outbox_mailer")
 
@@ -26,17 +26,6 @@ class Intake:
     recorded: int = 0
     duplicates: int = 0  # written before (a provider's retry)
     unmatched: int = 0  # new, but no row of ours
-
-
-def suppression_for(event: ProviderEvent, automatic: bool) -> str | None:
-    """The reason this event suppresses its recipient for, or None."""
-    if not automatic:
-        return None
-    if event.kind is Kind.BOUNCED and event.bounce_class is BounceClass.HARD:
-        return "hard_bounce"
-    if event.kind is Kind.COMPLAINED:
-        return "complaint"
-    return None
 
 
 def _normal_recipient(event: ProviderEvent) -> str | None:
@@ -55,7 +44,7 @@ async def take_in(store: EventStore, events: Sequence[ProviderEvent], *, automat
     intake = Intake()
     for event in events:
         recipient = _normal_recipient(event)
-        reason = suppression_for(event, automatic) if recipient is not None else None
+        reason = suppression_for(event.kind, event.bounce_class, automatic) if recipient is not None else None
         delivery_id, new = await store.record(event, recipient, reason)
         if not new:
             intake.duplicates += 1
