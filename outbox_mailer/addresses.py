@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import binascii
 import re
+import string
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -163,6 +164,21 @@ class ParsedAddress:
 
 def _quoted(name: str) -> str:
     return '"' + name.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+_ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
+
+
+def mailbox_form(raw: str) -> str:
+    """The one form in which two spellings of a mailbox compare (suppressions, the staging
+    allow-list): the envelope's addr-spec, as RCPT TO carries it (the local part in Unicode normal
+    form C, the domain folded by IDNA and UTS #46 into its lower-case ASCII form, so
+    ``zoe@\uff45xample.com``, ``zoe@example\u3002com`` and ``zoe@example.com`` are one mailbox), with
+    the ASCII letters of its local part in lower case (providers compare them so; other letters
+    compare as written). A ``Name <...>`` gives its address. CompositionError when ``raw`` is not an
+    address this daemon would send to."""
+    parsed = parse_address(raw, "address")
+    return f"{parsed.local_part.translate(_ASCII_LOWER)}@{parsed.ascii_domain}"
 
 
 def checked_text(value: object, field: str) -> str:

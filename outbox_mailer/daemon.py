@@ -194,6 +194,8 @@ class Daemon:
         store = await Store.open(self._url, max_size=1)
         try:
             await store.require_schema()
+            if rewritten := await store.finish_suppression_forms():
+                log.info("rewrote %d suppressions written before schema 20 into the envelope's form", rewritten)
         finally:
             await store.close()
 

@@ -29,9 +29,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from .bounce_tags import BounceTag, Unproven
-from .delivery_events.model import BounceClass, Kind, ProviderEvent
+from .delivery_events.model import ProviderEvent
 from .store import EventStore
-from .suppression import normal_address
+from .suppression import normal_address, suppression_for
 
 log = logging.getLogger("outbox_mailer")
 
@@ -44,17 +44,6 @@ class Intake:
     duplicates: int = 0  # written before (a provider's retry)
     unmatched: int = 0  # new, but no row of ours
     refused: int = 0  # dated in the future: not written
-
-
-def suppression_for(event: ProviderEvent, automatic: bool) -> str | None:
-    """The reason this event suppresses its recipient for, or None."""
-    if not automatic:
-        return None
-    if event.kind is Kind.BOUNCED and event.bounce_class is BounceClass.HARD:
-        return "hard_bounce"
-    if event.kind is Kind.COMPLAINED:
-        return "complaint"
-    return None
 
 
 def _normal_recipient(event: ProviderEvent) -> str | None:
@@ -80,7 +69,7 @@ async def take_in(store: EventStore, events: Sequence[ProviderEvent], *, automat
                         event.occurred_at.isoformat())
             continue
         recipient = _normal_recipient(event)
-        reason = suppression_for(event, automatic) if recipient is not None else None
+        reason = suppression_for(event.kind, event.bounce_class, automatic) if recipient is not None else None
         delivery_id, new = await store.record(event, recipient, reason, proof=proof)
         if not new:
             intake.duplicates += 1

@@ -18,15 +18,9 @@ coalesce(d.content_bytes, octet_length(d.subject) + coalesce(octet_length(d.text
     -- include: content_size
 ) <= lim.max_bytes
 
--- fragment: suppressed
--- The row d's recipients that are suppressed now, as 'address reason YYYY-MM-DD' (null: none can be, the row ignores suppressions or nothing is suppressed at all, which is checked once per statement).
-CASE WHEN d.ignore_suppressions OR (SELECT NOT EXISTS (SELECT 1 FROM email_suppressions)) THEN NULL ELSE ARRAY(
-    SELECT s.address || ' ' || s.reason || ' ' || to_char(s.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD')
-    FROM email_suppressions s
-    WHERE s.address = ANY (ARRAY(
-              SELECT outbox_mailer_suppression_address(r)
-              FROM unnest(d.to_addresses || coalesce(d.cc_addresses, '{}') || coalesce(d.bcc_addresses, '{}')) AS r))
-      AND (s.expires_at IS NULL OR s.expires_at > now())) END AS suppressed
+-- fragment: screen_suppressions
+-- Whether the row d's recipients are to be looked up among the suppressions after the claim (suppression.py: the normal form is computed in Python): not when the row ignores suppressions, nor when nothing is suppressed at all (checked once per statement).
+NOT d.ignore_suppressions AND (SELECT EXISTS (SELECT 1 FROM email_suppressions)) AS screen_suppressions
 
 -- fragment: first_message_id
 -- The Message-ID of the row d (message_ids.py): at its first claim '<' 13 hex digits of now() in microseconds and the first 19 of HMAC-SHA256(secret, dedupe key) '@' the sender's domain in lower case '>'; after it, the one it has; a row claimed by a daemon that did not write it (before schema 10, which wrote it with the first outcome, or not at all) gets the form that daemon sent: the HMAC's first 32 hex digits. mid.inner_pad and mid.outer_pad are the secret XOR HMAC's pads, mid.default_from the default sender, mid.fallback the domain used when the sender's is not plain ASCII.
@@ -90,7 +84,7 @@ CASE WHEN
 CASE WHEN
     -- include: fits
     THEN d.metadata::text END AS metadata,
--- include: suppressed
+-- include: screen_suppressions
 
 -- name: claim_due
 -- First release this session's advisory locks of keys $6 (outcomes committed earlier; a key held twice appears twice), then claim up to $1 due rows of email_queue for worker $3 with claim token $2, taking the per-key advisory lock of each; rows whose transport (null = $5) is in $4 (paused) are left alone. The queue row is marked claimed and the email_deliveries row becomes 'sending' (a HOT update: no index of email_deliveries covers a column this changes); its first claim writes its Message-ID (key $8 to $11: fragment first_message_id). The content of a row larger than $7 bytes is not returned (the daemon fails it unread); timestamps come as epoch seconds and JSON as text, so that no value can break the decoding of the whole batch.
@@ -196,7 +190,14 @@ WITH decided AS (
     WHERE a.delivery_id = ANY (ARRAY(SELECT e.id FROM email_deliveries e WHERE e.id = ANY ($1::bigint[])))
     ON CONFLICT (delivery_id, attempt, started_at) DO NOTHING
 )
-SELECT id FROM updated;
+-- quoted: an event that matched no row quotes this outcome's provider id or Message-ID (it came before
+-- it; two probes of the partial indexes of such events, schema 20): the recorder matches it next
+SELECT u.id,
+       EXISTS (SELECT 1 FROM email_delivery_events v
+               WHERE v.delivery_id IS NULL AND v.quoted_provider_message_id = o.provider_message_id)
+       OR EXISTS (SELECT 1 FROM email_delivery_events v
+                  WHERE v.delivery_id IS NULL AND v.quoted_message_id = o.message_id) AS quoted
+FROM updated u JOIN decided o ON o.id = u.id;
 
 -- name: record_attempts
 -- Write attempts of rows that stay as they are (a batch given up to a rescuer after an ambiguous answer); the rows' outcome is written when they are settled.
@@ -520,48 +521,95 @@ INSERT INTO outbox_mailer_migrations (version, name, checksum) VALUES ($1, $2, $
 SELECT max(version) AS version FROM outbox_mailer_migrations;
 
 -- name: match_delivery
--- The row an event is about: by the provider's message id ($1) on an attempt, else by our Message-ID ($2) on an attempt, else by dedupe key ($3); null when none matches. Served by indexes on email_delivery_attempts, which the hot path only inserts.
-SELECT coalesce(
-    (SELECT a.delivery_id FROM email_delivery_attempts a
-     WHERE $1::text IS NOT NULL AND a.provider_message_id = $1 ORDER BY a.id DESC LIMIT 1),
-    (SELECT a.delivery_id FROM email_delivery_attempts a
-     WHERE $2::text IS NOT NULL AND a.message_id = $2 ORDER BY a.id DESC LIMIT 1),
-    (SELECT d.id FROM email_deliveries d WHERE $3::text IS NOT NULL AND d.dedupe_key = $3)) AS delivery_id;
+-- The row an event is about: by the provider's message id ($1) on an attempt, else by our Message-ID ($2) on an attempt, else by dedupe key ($3); null when none matches. Served by indexes on email_delivery_attempts, which the hot path only inserts. With the row's recipients, which the event's recipient must be one of to count when it came by mail (event_intake.py).
+WITH found AS (
+    SELECT coalesce(
+        (SELECT a.delivery_id FROM email_delivery_attempts a
+         WHERE $1::text IS NOT NULL AND a.provider_message_id = $1 ORDER BY a.id DESC LIMIT 1),
+        (SELECT a.delivery_id FROM email_delivery_attempts a
+         WHERE $2::text IS NOT NULL AND a.message_id = $2 ORDER BY a.id DESC LIMIT 1),
+        (SELECT d.id FROM email_deliveries d WHERE $3::text IS NOT NULL AND d.dedupe_key = $3)) AS delivery_id
+)
+SELECT f.delivery_id, d.to_addresses || coalesce(d.cc_addresses, '{}') || coalesce(d.bcc_addresses, '{}') AS recipients
+FROM found f LEFT JOIN email_deliveries d ON d.id = f.delivery_id;
 
 -- name: tagged_delivery
--- The row a verified bounce address tag names ($1), if it still exists.
-SELECT id FROM email_deliveries WHERE id = $1;
+-- The row a verified bounce address tag names ($1), if it still exists, with its recipients (as match_delivery returns them).
+SELECT d.id AS delivery_id, d.to_addresses || coalesce(d.cc_addresses, '{}') || coalesce(d.bcc_addresses, '{}') AS recipients
+FROM email_deliveries d WHERE d.id = $1;
 
 -- name: record_event
--- Write one event once (unique on provider $2 and event id $3); when it is new, make it the row's delivery_event if it is the latest such, and suppress $9 (the recipient's normal form) for reason $10 (null: suppress nothing; an address already suppressed keeps its first reason). A bounce by mail (provider 'smtp') counts only when it proves we sent to $9 (event_intake.py): $11 is the row's recipient its bounce address tag names (1: the first of to, cc, bcc), and the bounce must name that one; without such a tag (null, or 0: a tag of the whole message) the row must have $9 as its only recipient; -1 (a tag that does not verify): never. Returns whether it was new.
-WITH event AS (
-    INSERT INTO email_delivery_events
-        (delivery_id, provider, provider_event_id, kind, bounce_class, recipient, occurred_at, detail)
-    VALUES ($1, $2, $3, $4, $5, $6, $7, $8::text::jsonb)
-    ON CONFLICT (provider, provider_event_id) DO NOTHING
-    RETURNING delivery_id, kind, coalesce(occurred_at, received_at) AS at
-), trusted AS (
-    SELECT e.* FROM event e
-    WHERE $2 <> 'smtp' OR EXISTS (
-        SELECT 1 FROM email_deliveries d,
-             LATERAL (SELECT d.to_addresses || coalesce(d.cc_addresses, '{}') || coalesce(d.bcc_addresses, '{}')) AS l(listed)
-        WHERE d.id = e.delivery_id AND CASE
-            WHEN coalesce($11::integer, 0) = 0 THEN
-                ARRAY(SELECT DISTINCT outbox_mailer_suppression_address(r) FROM unnest(l.listed) AS r) = ARRAY[$9::text]
-            WHEN $11 > 0 THEN outbox_mailer_suppression_address(l.listed[$11]) = $9::text
-            ELSE false END)
+-- Write one event once (unique on provider $2 and event id $3), matched to row $1 (null: none yet; then it keeps the provider's message id $9 and the Message-ID $10 it quotes, by which the write of its row's outcome matches it: waiting_events). Returns its id when it is new, nothing for a provider's retry; apply_events does the rest.
+INSERT INTO email_delivery_events
+    (delivery_id, provider, provider_event_id, kind, bounce_class, recipient, occurred_at, detail,
+     quoted_provider_message_id, quoted_message_id)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8::text::jsonb, $9, $10)
+ON CONFLICT (provider, provider_event_id) DO NOTHING
+RETURNING id;
+
+-- name: apply_events
+-- What new or newly matched events $1 do, each about row $2 (null: none) and counting or not ($3: a bounce by mail counts only for a recipient of the row it matched, event_intake.py): each is matched to its row; the latest that counts of each row becomes its delivery_event unless a later one is there; each that counts suppresses $4 (its recipient's normal form) for reason $5 (null: nothing; an address already suppressed keeps its first reason).
+WITH e AS (
+    SELECT u.*, v.provider, v.kind, coalesce(v.occurred_at, v.received_at) AS at
+    FROM unnest($1::bigint[], $2::bigint[], $3::boolean[], $4::text[], $5::text[])
+         AS u(id, delivery_id, counts, address, reason)
+    JOIN email_delivery_events v ON v.id = u.id
+    WHERE v.id = ANY ($1::bigint[])
+), matched AS (
+    UPDATE email_delivery_events v SET delivery_id = e.delivery_id
+    FROM e
+    WHERE v.id = ANY ($1::bigint[]) AND v.id = e.id AND v.delivery_id IS NULL AND e.delivery_id IS NOT NULL
 ), latest AS (
     UPDATE email_deliveries d SET delivery_event = e.kind, delivery_event_at = e.at
-    FROM trusted e
-    WHERE d.id = e.delivery_id AND e.kind IN ('delivered', 'delayed', 'bounced', 'complained')
+    FROM (SELECT DISTINCT ON (delivery_id) delivery_id, kind, at FROM e
+          WHERE counts AND delivery_id IS NOT NULL AND kind IN ('delivered', 'delayed', 'bounced', 'complained')
+          ORDER BY delivery_id, at DESC) e
+    WHERE d.id = ANY ($2::bigint[]) AND d.id = e.delivery_id
       AND (d.delivery_event_at IS NULL OR d.delivery_event_at <= e.at)
-), suppressed AS (
-    INSERT INTO email_suppressions (address, reason, source, delivery_id)
-    SELECT $9, $10, $2, e.delivery_id FROM trusted e
-    WHERE $10::text IS NOT NULL AND (e.delivery_id IS NOT NULL OR $2 <> 'smtp')
+)
+INSERT INTO email_suppressions (address, reason, source, delivery_id)
+SELECT DISTINCT ON (address) address, reason, provider, delivery_id FROM e
+WHERE counts AND reason IS NOT NULL AND address IS NOT NULL
+ORDER BY address, at
+ON CONFLICT (address) DO NOTHING;
+
+-- name: waiting_events
+-- Events that matched no row and quote the provider's message id ($2) or the Message-ID ($3) of the outcome just written for row $1 (they came before it), locked, each with that row and the row's recipients. Served by the partial indexes of unmatched events' quoted ids (schema 20).
+WITH w AS (
+    SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[]) AS w(delivery_id, provider_message_id, message_id)
+), found AS (
+    SELECT v.id, w.delivery_id FROM email_delivery_events v JOIN w ON v.quoted_provider_message_id = w.provider_message_id
+    WHERE v.delivery_id IS NULL AND v.quoted_provider_message_id = ANY ($2::text[])
+    UNION
+    SELECT v.id, w.delivery_id FROM email_delivery_events v JOIN w ON v.quoted_message_id = w.message_id
+    WHERE v.delivery_id IS NULL AND v.quoted_message_id = ANY ($3::text[])
+)
+SELECT v.id, f.delivery_id, v.provider, v.kind, v.bounce_class, v.recipient,
+       d.to_addresses || coalesce(d.cc_addresses, '{}') || coalesce(d.bcc_addresses, '{}') AS recipients
+FROM found f
+JOIN email_delivery_events v ON v.id = f.id
+JOIN email_deliveries d ON d.id = f.delivery_id
+WHERE v.id = ANY (ARRAY(SELECT id FROM found)) AND d.id = ANY ($1::bigint[]) AND v.delivery_id IS NULL
+FOR UPDATE OF v SKIP LOCKED;
+
+-- name: old_form_suppressions
+-- Suppressions written before schema 20, whose address may be in an older form (0020_envelope_suppressions.sql), oldest first, locked.
+SELECT address FROM email_suppressions WHERE address_form < 2 ORDER BY created_at, address FOR UPDATE;
+
+-- name: rewrite_suppressions
+-- Put the suppressions $1 (written before schema 20) under the addresses $2 (their envelope form; the same address when it is already in it, or is no address) and mark them of form 2: where that address is suppressed already (or twice among them), the first keeps it and the others go.
+WITH old AS (
+    SELECT * FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS o(address, normal, n)
+), moved AS (
+    DELETE FROM email_suppressions s USING old WHERE s.address = old.address AND s.address <> old.normal
+    RETURNING old.n, old.normal, s.reason, s.source, s.delivery_id, s.created_at, s.expires_at
+), added AS (
+    INSERT INTO email_suppressions (address, reason, source, delivery_id, created_at, expires_at)
+    SELECT DISTINCT ON (normal) normal, reason, source, delivery_id, created_at, expires_at FROM moved ORDER BY normal, n
     ON CONFLICT (address) DO NOTHING
 )
-SELECT EXISTS (SELECT 1 FROM event) AS new;
+UPDATE email_suppressions SET address_form = 2  -- the others were moved: their new rows are of form 2
+WHERE address = ANY (ARRAY(SELECT address FROM old WHERE address = normal));
 
 -- name: remember_token
 -- A provider's single-use token ($2, with the SHA-256 of its body $3): true when it is new, or was seen with this same body (the provider retrying); false when it came with another body (a replay).
@@ -572,6 +620,12 @@ WITH seen AS (
 )
 SELECT EXISTS (SELECT 1 FROM seen)
     OR EXISTS (SELECT 1 FROM email_webhook_tokens WHERE provider = $1 AND token = $2 AND body_sha256 = $3);
+
+-- name: suppressions_among
+-- Which of these addresses ($1, each in the normal form: suppression.py) are suppressed now, as 'address reason YYYY-MM-DD' (what Delivery.suppressed holds): the daemon's one look-up per claimed batch. Served by the primary key.
+SELECT s.address, s.address || ' ' || s.reason || ' ' || to_char(s.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD') AS noted
+FROM email_suppressions s
+WHERE s.address = ANY ($1::text[]) AND (s.expires_at IS NULL OR s.expires_at > now());
 
 -- name: suppress
 -- Suppress address $1 (normal form) for reason $2 from source $3, expiring at $4 (null: never); an existing suppression is replaced. Returns the row.

@@ -28,7 +28,7 @@ from .inflight import InFlight
 from .sessions import RECONNECT_MAX_SECONDS, DaemonSessions
 from .delivery_events.dsn import is_bad_mailbox
 from .store import OutcomeWrite
-from .suppression import normal_address
+from .suppression import form_or_none
 
 log = logging.getLogger("outbox_mailer")
 
@@ -129,6 +129,7 @@ class Recorder:
             updated |= await self._committed_before(batch, updated)
         if updated:
             await self._bounced(batch, updated)
+            await self._adopt_events()
         for write in batch:
             self._log(write, updated is not None and write.delivery.id in updated)
 
@@ -140,13 +141,26 @@ class Recorder:
                      f"{r.reply_code} {r.message}")
                     for w in batch if w.delivery.id in updated for r in w.attempt.refused
                     if r.permanent and is_bad_mailbox(r.message.partition(" ")[0])
-                    and (address := _normal_or_none(r.address)) is not None]
+                    and (address := form_or_none(r.address)) is not None]
         if not refusals:
             return
         try:
             await (await self._db.claim_session()).record_refusals(refusals, self._suppress)
         except DatabaseError as exc:
             log.warning("could not record %d bad-mailbox refusals as bounces: %s", len(refusals), exc)
+
+    async def _adopt_events(self) -> None:
+        """Events that came before these outcomes (a DSN or a fast webhook while the row was 'sending')
+        and matched no row then: matched now, their delivery_event set and their suppression applied.
+        Best effort, like :meth:`_bounced`: the outcomes are committed already."""
+        try:
+            session = await self._db.claim_session()
+            adopted = await session.adopt_events(self._suppress) if session.quoted else 0
+        except DatabaseError as exc:
+            log.warning("could not match the events that came before their outcomes: %s", exc)
+            return
+        if adopted:
+            log.info("matched %d events that came before their outcomes", adopted)
 
     async def _committed_before(self, batch: Sequence[OutcomeWrite], updated: set[int]) -> set[int]:
         """After a retried write: rows the fence refused because an earlier try had committed
@@ -179,9 +193,3 @@ class Recorder:
                 a.attempt, a.transport, a.outcome, a.reply_code or "-", extra,
                 f" error={a.error!r}" if a.error and t.status is not Status.SENT else "")
 
-
-def _normal_or_none(address: str) -> str | None:
-    try:
-        return normal_address(address)
-    except ValueError:
-        return None

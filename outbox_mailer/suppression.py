@@ -1,33 +1,33 @@
 """Suppressed addresses: their one normal form, and what a claimed row's suppressed recipients mean.
 
-The form (the same as the SQL function ``outbox_mailer_suppression_address`` in
-``sql/0009_delivery_events.sql``, which the claim compares with): the address inside
-``Name <...>`` if there is one, in Unicode normal form C, its ASCII letters in lower case (only
-those: PostgreSQL's lower() depends on the database's locale, so both sides lower-case ASCII alone
-and other letters compare as written), with an internationalised domain in its Unicode form (an
-``xn--`` domain is decoded, so ``zoë@exämple.com`` and ``zoë@xn--exmple-cua.com`` are one address).
-Providers compare case-insensitively too.
+The form is the envelope's (:func:`outbox_mailer.addresses.mailbox_form`): the address RCPT TO
+carries, its domain folded by IDNA into ASCII (``zoe@\uff45xample.com``, ``zoe@example\u3002com``
+and ``zoe@example.com`` are one mailbox, ``zoë@EXÄMPLE.com`` is ``zoë@xn--exmple-cua.com``), the
+ASCII letters of its local part in lower case. It is computed in Python only (SQL cannot: NFKC
+leaves U+3002 alone, and lower() follows the database's locale); every writer of
+``email_suppressions`` stores it, and the daemon compares the claimed rows' recipients in it with
+one look-up per claimed batch (:func:`addresses_to_check`, the store's ``suppressions_among``).
 
 A row whose every recipient is suppressed fails without a network call, ``last_error``
 starting with ``suppressed:``; otherwise its suppressed recipients are left out of the message
-(its To, Cc and Bcc, so no transport sends to them) and written on the attempt. A row with ``ignore_suppressions`` is never screened (the claim
-returns nothing for it).
+(its To, Cc and Bcc, so no transport sends to them) and written on the attempt. A row with
+``ignore_suppressions`` is never screened (the claim says so, and nothing is looked up for it).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
-import string
-import unicodedata
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-import idna
-
+from .addresses import mailbox_form
+from .bounce_tags import BounceTag, Unproven
 from .delivery import Delivery, Outcome, RefusedRecipient
+from .delivery_events.model import BounceClass, Kind
+from .errors import CompositionError
 
 _IN_BRACKETS = re.compile(r"<([^<>]*)>\s*$")
-_ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)  # lower(... COLLATE "C")
 REASONS = ("hard_bounce", "complaint", "unsubscribe", "manual")
 SUPPRESSED = "suppressed: "  # how last_error starts for a row failed because every recipient is suppressed
 
@@ -35,23 +35,66 @@ SUPPRESSED = "suppressed: "  # how last_error starts for a row failed because ev
 def normal_address(raw: str) -> str:
     """The suppression form of an address as a row, an event or an operator gives it.
     ValueError when it is not an address."""
-    m = _IN_BRACKETS.search(raw)
-    address = unicodedata.normalize("NFC", (m.group(1) if m else raw).strip()).translate(_ASCII_LOWER)
-    local, at, domain = address.rpartition("@")
-    if not at or not local or not domain or any(c.isspace() or c in "<>" for c in address):
-        raise ValueError(f"not an email address: {raw!r}")
-    if any(label.startswith("xn--") for label in domain.split(".")):
-        try:
-            domain = idna.decode(domain)
-        except idna.IDNAError as exc:
-            raise ValueError(f"not a valid internationalised domain: {domain!r} ({exc})") from None
-    return f"{local}@{domain}"
+    try:
+        return mailbox_form(raw.strip())
+    except CompositionError as exc:
+        raise ValueError(f"not an email address: {raw!r} ({exc.reason})") from None
 
 
-def _key(raw: str) -> str:
-    """What the claim compared: the SQL form (without the xn-- decoding, which SQL cannot do)."""
-    m = _IN_BRACKETS.search(raw)
-    return unicodedata.normalize("NFC", (m.group(1) if m else raw).strip()).translate(_ASCII_LOWER)
+def form_or_none(raw: str) -> str | None:
+    """:func:`normal_address`, or None for what is not an address (such a row fails when composed)."""
+    try:
+        return normal_address(raw)
+    except ValueError:
+        return None
+
+
+def suppression_for(kind: Kind, bounce_class: BounceClass | None, automatic: bool) -> str | None:
+    """The reason an event of this kind suppresses its recipient for, or None: a hard bounce or a
+    complaint, when ``OUTBOX_MAILER_SUPPRESSION__AUTOMATIC`` is on."""
+    if not automatic:
+        return None
+    if kind is Kind.BOUNCED and bounce_class is BounceClass.HARD:
+        return "hard_bounce"
+    if kind is Kind.COMPLAINED:
+        return "complaint"
+    return None
+
+
+def event_counts(provider: str, delivery_id: int | None, address: str | None, recipients: Sequence[str],
+                 proof: BounceTag | Unproven = Unproven.UNTAGGED) -> bool:
+    """Whether an event suppresses and sets its row's delivery_event (the trust model of
+    event_intake.py): a provider's (its webhook is authenticated) always; a bounce by mail (provider
+    ``smtp``) only when it proves we sent that row to ``address``: the envelope recipient's tag
+    (``proof``) names that recipient, or, without a recipient's tag, ``address`` is the row's only
+    recipient (anyone who got one of our emails could quote its Message-ID, To and Cc). A tag that
+    does not verify proves nothing."""
+    if provider != "smtp":
+        return True
+    if delivery_id is None or address is None or proof is Unproven.FORGED:
+        return False
+    if isinstance(proof, BounceTag) and proof.index > 0:
+        return proof.index <= len(recipients) and form_or_none(recipients[proof.index - 1]) == address
+    return {form_or_none(r) for r in recipients} == {address}
+
+
+def _recipients(delivery: Delivery) -> tuple[str, ...]:
+    return (*delivery.to_addresses, *delivery.cc_addresses, *delivery.bcc_addresses)
+
+
+def addresses_to_check(deliveries: Iterable[Delivery]) -> list[str]:
+    """The normal forms of these claimed rows' recipients, each once: one look-up for the batch."""
+    return sorted({f for d in deliveries for r in _recipients(d) if (f := form_or_none(r)) is not None})
+
+
+def with_suppressed(deliveries: Sequence[Delivery], found: Mapping[str, str]) -> list[Delivery]:
+    """Each row with its recipients found suppressed (``found``: normal form -> 'address reason
+    YYYY-MM-DD', as the look-up returns them) in ``delivery.suppressed``."""
+    out = []
+    for d in deliveries:
+        hits = dict.fromkeys(found[f] for r in _recipients(d) if (f := form_or_none(r)) in found)
+        out.append(dataclasses.replace(d, suppressed=tuple(hits)) if hits else d)
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,8 +129,7 @@ def screen(delivery: Delivery) -> Screened:
         return Screened(delivery, None, ())
     by_key = _by_key(delivery)
     owed = delivery.retry_recipients
-    candidates = owed if owed is not None else (*delivery.to_addresses, *delivery.cc_addresses,
-                                                *delivery.bcc_addresses)
+    candidates = owed if owed is not None else _recipients(delivery)
     dropped = _found(by_key, candidates)
     if not dropped:
         return Screened(delivery, None, ())
@@ -111,15 +153,19 @@ def suppressed_among(delivery: Delivery) -> list[Suppressed]:
     batch request goes to the recipients it first carried, suppressed since or not)."""
     if not delivery.suppressed:
         return []
-    return _found(_by_key(delivery), (*delivery.to_addresses, *delivery.cc_addresses, *delivery.bcc_addresses))
+    return _found(_by_key(delivery), _recipients(delivery))
 
 
 def _by_key(delivery: Delivery) -> dict[str, Suppressed]:
     return {s.address: s for s in map(Suppressed.parse, delivery.suppressed)}
 
 
-def _found(by_key: dict[str, Suppressed], candidates: tuple[str, ...]) -> list[Suppressed]:
+def _found(by_key: dict[str, Suppressed], candidates: Iterable[str]) -> list[Suppressed]:
     return list({hit.address: hit for raw in candidates if (hit := by_key.get(_key(raw)))}.values())
+
+
+def _key(raw: str) -> str:
+    return form_or_none(raw) or raw
 
 
 def _addr_spec(raw: str) -> str:

@@ -102,6 +102,7 @@ class Fault:
     address: str | None = None  # MAIL/RCPT: only for this address
     times: int | None = None  # only the first N matching commands; None: always
     probability: float = 1.0  # share of the matching commands it applies to (drawn per command)
+    hold: threading.Event | None = None  # reply only once the test sets it (at most 30 s)
 
 
 @dataclass(frozen=True)
@@ -390,6 +391,8 @@ async def _act(fault: Fault | None, srv: SMTP) -> str | None:
         return None
     if fault.delay:
         await asyncio.sleep(fault.delay)
+    if fault.hold is not None:
+        await asyncio.get_running_loop().run_in_executor(None, fault.hold.wait, 30.0)
     if fault.drop:
         assert srv.transport is not None
         srv.transport.close()

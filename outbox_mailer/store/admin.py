@@ -12,6 +12,7 @@ import asyncpg
 from ..errors import InvalidTransition, NotFound, SchemaMismatch
 from ..migrations import Migration, expected_schema_version
 from ..queries import sql
+from ..suppression import form_or_none
 from .connection import (
     SessionLimits,
     affected,
@@ -20,6 +21,17 @@ from .connection import (
     translate_errors,
     uncancelled,
 )
+
+
+ENVELOPE_FORM_SCHEMA = 20  # sql/0020_envelope_suppressions.sql: suppressions in the envelope's form
+
+
+async def _rewrite_old_forms(conn: asyncpg.Connection) -> int:
+    """The Python step of schema 20: suppressions written before it, in the envelope's form (suppression.py)."""
+    old = [r["address"] for r in await conn.fetch(sql("old_form_suppressions"))]
+    if old:
+        await conn.execute(sql("rewrite_suppressions"), old, [form_or_none(a) or a for a in old])
+    return len(old)
 
 
 class Store:
@@ -74,7 +86,15 @@ class Store:
                 await conn.execute(m.sql)
                 await conn.execute(sql("record_migration"), m.version, m.name, m.checksum)
                 done.append(m)
+            if max([*applied, *(m.version for m in done)], default=0) >= ENVELOPE_FORM_SCHEMA:
+                await _rewrite_old_forms(conn)
             return done
+
+    async def finish_suppression_forms(self) -> int:
+        """Rewrite suppressions still in a form older than schema 20 (a schema applied by another
+        migration tool): the daemon does it at start. Returns how many were rewritten."""
+        async with self._conn() as conn, conn.transaction():
+            return await _rewrite_old_forms(conn)
 
     async def schema_version(self) -> int | None:
         async with self._conn() as conn:

@@ -20,7 +20,8 @@ from ..message_ids import DEFAULT_KEY, MessageIdKey
 from ..processes import ProcessIdentity
 from ..queries import sql
 from .connection import CHANNEL, SessionLimits, connect, translate_errors
-from .rows import delivery_from_row, instant_or_none
+from .events import adopt_waiting_events, screened
+from .rows import instant_or_none
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +152,7 @@ class ClaimSession:
         self._unlock_later: list[str] = []  # committed outcomes' keys, for the next claim
         self._idle = False  # no claim is coming: unlock right after each write
         self._not_relocked: set[str] = set()  # in-flight keys another session held when relocked
+        self.quoted: list[OutcomeWrite] = []  # outcomes written that an unmatched event quotes: adopt_events
 
     @property
     def deferred_unlocks(self) -> int:
@@ -199,7 +201,7 @@ class ClaimSession:
                 rows = await self._conn.fetch(sql("claim_due"), limit, token, worker, list(paused), default_transport,
                                               unlock, max_content_bytes, message_ids.inner_pad, message_ids.outer_pad,
                                               message_ids.default_from, message_ids.fallback_domain)
-        return [delivery_from_row(r, max_content_bytes) for r in rows]
+                return await screened(self._conn, rows, max_content_bytes)
 
     async def go_idle(self) -> int:
         """The claim loop waits for work: release the locks kept for the next claim, and release
@@ -251,6 +253,8 @@ class ClaimSession:
         async with self._lock:
             with translate_errors():
                 rows = await self._conn.fetch(sql("record_outcomes"), *args)
+            quoted = {r["id"] for r in rows if r["quoted"]}
+            self.quoted.extend(w for w in writes if w.delivery.id in quoted)
             self._not_relocked.difference_update(w.delivery.dedupe_key for w in writes)
             idle = self._idle
             if not idle:
@@ -269,6 +273,14 @@ class ClaimSession:
         async with self._lock:
             with translate_errors():
                 await self._conn.execute(sql("record_refusals"), *columns, suppress)
+
+    async def adopt_events(self, automatic: bool) -> int:
+        """Match the events that came before the outcomes in :attr:`quoted` (events.py); how many."""
+        writes, self.quoted = self.quoted, []
+        async with self._lock:
+            with translate_errors():
+                return await adopt_waiting_events(self._conn, [
+                    (w.delivery.id, w.transition.provider_message_id, w.attempt.message_id) for w in writes], automatic)
 
     async def release_locks(self, keys: Sequence[str]) -> int:
         """Unlock these keys once each (their outcomes are committed); returns how many were held."""
@@ -313,8 +325,9 @@ class ClaimSession:
                                               max_content_bytes, message_ids.inner_pad, message_ids.outer_pad,
                                               message_ids.default_from, message_ids.fallback_domain,
                                               list(dead_workers), worker, started_at)
-        return [DeadClaim(delivery_from_row(r, max_content_bytes), r["claimed_at"], r["claimed_by"], r["batch_id"],
-                          r["batch_rows"]) for r in rows]
+                deliveries = await screened(self._conn, rows, max_content_bytes)
+        return [DeadClaim(d, r["claimed_at"], r["claimed_by"], r["batch_id"], r["batch_rows"])
+                for d, r in zip(deliveries, rows, strict=True)]
 
     async def process_seen(self, me: ProcessIdentity, worker: str,
                            forget_after_seconds: float) -> list[tuple[str, ProcessIdentity]]:

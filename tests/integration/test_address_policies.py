@@ -13,7 +13,6 @@ import pytest
 from outbox_mailer.addresses import allow_special_use_domains
 from outbox_mailer.store import Store
 from tests.integration.conftest import insert
-from tests.sql_store import SqlStore
 from tests.smtp_server import SmtpTestServer, running_smtp_server
 
 pytestmark = pytest.mark.anyio
@@ -102,18 +101,7 @@ async def test_an_html_only_row_gets_its_text_alternative_unless_turned_off(
     assert plain.get_content() == "Your order has shipped: [track it](https://shop.example.com/t/1).\n"
 
 
-# -- suppressed internationalised addresses: one form in SQL (the claim) and in Python (the writers) --
-
-ODD_CASES = ["ZOË@Example.com", "zoë@example.com", "ΟΔΟΣ@example.com", "İLKER@example.com", "Åsa <ÅSA@Bücher.example>",
-             "zoe\u0308@example.com", "Straße@example.com"]
-
-
-async def test_the_claim_and_the_writers_agree_on_every_suppression_form(store: SqlStore) -> None:
-    from outbox_mailer.suppression import normal_address
-
-    for raw in ODD_CASES:
-        [row] = await store.fetch("SELECT outbox_mailer_suppression_address($1) AS a", raw)
-        assert row["a"] == normal_address(raw), raw  # the database's locale plays no part
+# -- suppressed internationalised addresses: the form is the envelope's (test_suppression_forms.py) --
 
 
 async def test_a_suppressed_internationalised_address_gets_no_mail(

@@ -17,7 +17,7 @@ def record(**kw: Any) -> dict[str, Any]:
     base = {
         "id": 7, "dedupe_key": "k", "claim_token": uuid.uuid4(), "attempts": 1, "max_attempts": None,
         "transport": None, "priority": 0, "scheduled_at": 1.7e9, "expires_at": None, "created_at": 1.7e9,
-        "first_attempt_at": 1.7e9, "content_bytes": 10, "retry_recipients": None, "suppressed": None, "from_address": None,
+        "first_attempt_at": 1.7e9, "content_bytes": 10, "retry_recipients": None, "screen_suppressions": False, "from_address": None,
         "to_addresses": ["a@example.com"], "cc_addresses": [], "bcc_addresses": [], "reply_to": None,
         "subject": "s", "text_body": "b", "html_body": None, "headers": "{}", "attachments": "[]",
         "metadata": "{}", "message_id": "<0662a1b2c3d4e5f6a7b8c9d0e1f2a3b4@example.com>", "pinned_transport": None,
