@@ -9,6 +9,7 @@ the rest of the code and the CLI only ever see this tree::
      ├── CompositionError          a row that cannot become a message (.field)
      ├── NotFound                  no row with that dedupe key (.key); CLI exit 1
      ├── InvalidTransition         the row is not in a state that allows it
+     │    └── ContentRemoved       retry of a row whose content retention removed
      ├── DatabaseError             PostgreSQL said no, or is gone
      │    ├── DatabaseUnavailable  cannot connect / connection lost; CLI exit 3
      │    └── SchemaMismatch       schema not migrated to what the code needs
@@ -59,6 +60,17 @@ class InvalidTransition(OutboxMailerError):
         self.key = key
         self.status = status
         self.wanted = wanted
+
+
+class ContentRemoved(InvalidTransition):
+    """A retry of a final row whose bodies, attachments and headers retention removed (prune's scrub):
+    sending it again would send its subject with nothing else."""
+
+    def __init__(self, key: str, status: str) -> None:
+        OutboxMailerError.__init__(self, f"email {key!r} is {status} and retention removed its content (bodies, "
+                                         "attachments, headers): it cannot be retried; enqueue it again under a "
+                                         "new dedupe key")
+        self.key, self.status, self.wanted = key, status, "retry"
 
 
 class DatabaseError(OutboxMailerError):

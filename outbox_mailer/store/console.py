@@ -171,12 +171,13 @@ class ConsoleStore(EventStore):
 
     def _selection(self, f: EmailFilter, default_transport: str, action: BulkAction, p: _Params) -> str:
         conds = _range(f, p) + _matches(f, default_transport, p)
-        conds.append("d.status IN ('failed', 'cancelled', 'in_doubt')" if action == "retry" else "d.status = 'pending'")
+        conds.append("d.status IN ('failed', 'cancelled', 'in_doubt') AND d.scrubbed_at IS NULL" if action == "retry"
+                     else "d.status = 'pending'")
         return "FROM email_deliveries d WHERE " + " AND ".join(conds)
 
     async def count_selection(self, f: EmailFilter, default_transport: str, action: BulkAction) -> int:
         """How many rows of the filter a bulk ``action`` would change (retry: failed, cancelled or
-        in_doubt ones; cancel: pending ones)."""
+        in_doubt ones whose content retention has not removed; cancel: pending ones)."""
         p = _Params()
         query = f"SELECT count(*) {self._selection(f, default_transport, action, p)}"
         async with self._conn() as conn:
