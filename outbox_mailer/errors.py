@@ -7,7 +7,7 @@ the rest of the code and the CLI only ever see this tree::
     OutboxMailerError
      ├── ConfigurationError        bad settings; CLI exit 2
      ├── CompositionError          a row that cannot become a message (.field)
-     ├── NotFound                  no row with that dedupe key (.key); CLI exit 1
+     ├── NotFound                  no row with that dedupe key, address, user (.key); CLI exit 1
      ├── InvalidTransition         the row is not in a state that allows it
      │    └── ContentRemoved       retry of a row whose content retention removed
      ├── DatabaseError             PostgreSQL said no, or is gone
@@ -45,10 +45,11 @@ class CompositionError(OutboxMailerError):
 
 
 class NotFound(OutboxMailerError):
-    """No delivery has this dedupe key."""
+    """Nothing has this key: no delivery has this dedupe key, or ``message`` says what is missing
+    (an address not suppressed, a console user)."""
 
-    def __init__(self, key: str) -> None:
-        super().__init__(f"no email with dedupe key {key!r}")
+    def __init__(self, key: str, message: str | None = None) -> None:
+        super().__init__(message or f"no email with dedupe key {key!r}")
         self.key = key
 
 

@@ -7,24 +7,17 @@ from __future__ import annotations
 import html
 import re
 
-import anyio
 import pytest
 
-from outbox_mailer.cli import main
 from outbox_mailer.errors import InvalidTransition
 from tests.console_harness import Client
-from tests.integration.conftest import insert
+from tests.integration.conftest import cli, insert
 from tests.integration.test_console_pages import set_status
 from tests.sql_store import SqlStore
 
 pytestmark = pytest.mark.anyio
 
 MONTH = 30 * 86_400
-
-
-async def cli(*args: str) -> int:
-    """The CLI's own entry point, in a thread (it runs its own event loop)."""
-    return await anyio.to_thread.run_sync(main, list(args))
 
 
 async def failed_rows(store: SqlStore, *, scrubbed: list[str], kept: list[str]) -> None:
