@@ -52,7 +52,7 @@ class EmailFilter:
 
     status: str | None = None
     transport: str | None = None
-    recipient: str | None = None  # a To, Cc or Bcc address (its addr-spec, any case)
+    recipient: str | None = None  # a whole To, Cc or Bcc address (its addr-spec, any case; no part of one)
     key: str | None = None  # a dedupe-key prefix
     created_after: datetime | None = None
     created_before: datetime | None = None
