@@ -54,10 +54,11 @@ class NotFound(OutboxMailerError):
 
 
 class InvalidTransition(OutboxMailerError):
-    """The row exists but its status does not allow the requested change."""
+    """The row exists but its status does not allow the requested change (``message``: why, when
+    its status alone does not say)."""
 
-    def __init__(self, key: str, status: str, wanted: str) -> None:
-        super().__init__(f"email {key!r} is {status}; cannot {wanted}")
+    def __init__(self, key: str, status: str, wanted: str, message: str | None = None) -> None:
+        super().__init__(message or f"email {key!r} is {status}; cannot {wanted}")
         self.key = key
         self.status = status
         self.wanted = wanted
@@ -68,10 +69,9 @@ class ContentRemoved(InvalidTransition):
     sending it again would send its subject with nothing else."""
 
     def __init__(self, key: str, status: str) -> None:
-        OutboxMailerError.__init__(self, f"email {key!r} is {status} and retention removed its content (bodies, "
-                                         "attachments, headers): it cannot be retried; enqueue it again under a "
-                                         "new dedupe key")
-        self.key, self.status, self.wanted = key, status, "retry"
+        super().__init__(key, status, "retry", f"email {key!r} is {status} and retention removed its content "
+                                               "(bodies, attachments, headers): it cannot be retried; enqueue it "
+                                               "again under a new dedupe key")
 
 
 class DatabaseError(OutboxMailerError):
