@@ -38,11 +38,11 @@ WHERE dedupe_key = $1 ORDER BY at DESC, id DESC LIMIT 100;
 SELECT * FROM email_deliveries WHERE dedupe_key = $1;
 
 -- name: retry_rows
--- A bulk retry of the rows $1 as `retry` does each: back to pending now with as many new tries as the row's own max_attempts ($2 when null); only rows still failed, cancelled or in_doubt. Returns their keys.
+-- A bulk retry of the rows $1 as `retry` does each: back to pending now with as many new tries as the row's own max_attempts ($2 when null); only rows still failed, cancelled or in_doubt whose content retention has not removed. Returns their keys.
 UPDATE email_deliveries d
 SET status = 'pending', scheduled_at = now(), max_attempts = d.attempts + coalesce(d.max_attempts, $2::integer),
     last_error = NULL, updated_at = now()
-WHERE d.id = ANY ($1::bigint[]) AND d.status IN ('failed', 'cancelled', 'in_doubt')
+WHERE d.id = ANY ($1::bigint[]) AND d.status IN ('failed', 'cancelled', 'in_doubt') AND d.scrubbed_at IS NULL
 RETURNING d.dedupe_key;
 
 -- name: cancel_rows

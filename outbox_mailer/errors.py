@@ -7,8 +7,9 @@ the rest of the code and the CLI only ever see this tree::
     OutboxMailerError
      ├── ConfigurationError        bad settings; CLI exit 2
      ├── CompositionError          a row that cannot become a message (.field)
-     ├── NotFound                  no row with that dedupe key (.key); CLI exit 1
+     ├── NotFound                  no row with that dedupe key, address, user (.key); CLI exit 1
      ├── InvalidTransition         the row is not in a state that allows it
+     │    └── ContentRemoved       retry of a row whose content retention removed
      ├── DatabaseError             PostgreSQL said no, or is gone
      │    ├── DatabaseUnavailable  cannot connect / connection lost; CLI exit 3
      │    └── SchemaMismatch       schema not migrated to what the code needs
@@ -44,21 +45,33 @@ class CompositionError(OutboxMailerError):
 
 
 class NotFound(OutboxMailerError):
-    """No delivery has this dedupe key."""
+    """Nothing has this key: no delivery has this dedupe key, or ``message`` says what is missing
+    (an address not suppressed, a console user)."""
 
-    def __init__(self, key: str) -> None:
-        super().__init__(f"no email with dedupe key {key!r}")
+    def __init__(self, key: str, message: str | None = None) -> None:
+        super().__init__(message or f"no email with dedupe key {key!r}")
         self.key = key
 
 
 class InvalidTransition(OutboxMailerError):
-    """The row exists but its status does not allow the requested change."""
+    """The row exists but its status does not allow the requested change (``message``: why, when
+    its status alone does not say)."""
 
-    def __init__(self, key: str, status: str, wanted: str) -> None:
-        super().__init__(f"email {key!r} is {status}; cannot {wanted}")
+    def __init__(self, key: str, status: str, wanted: str, message: str | None = None) -> None:
+        super().__init__(message or f"email {key!r} is {status}; cannot {wanted}")
         self.key = key
         self.status = status
         self.wanted = wanted
+
+
+class ContentRemoved(InvalidTransition):
+    """A retry of a final row whose bodies, attachments and headers retention removed (prune's scrub):
+    sending it again would send its subject with nothing else."""
+
+    def __init__(self, key: str, status: str) -> None:
+        super().__init__(key, status, "retry", f"email {key!r} is {status} and retention removed its content "
+                                               "(bodies, attachments, headers): it cannot be retried; enqueue it "
+                                               "again under a new dedupe key")
 
 
 class DatabaseError(OutboxMailerError):

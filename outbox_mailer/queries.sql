@@ -352,16 +352,17 @@ ORDER BY updated_at DESC, id DESC
 LIMIT $3;
 
 -- name: count_retryable
--- How many rows a bulk retry of status $1 changed in the last $2 seconds would requeue.
-SELECT count(*) FROM email_deliveries
+-- How many rows of status $1 changed in the last $2 seconds a bulk retry would requeue (retryable), and how many it leaves because retention removed their content (scrubbed).
+SELECT count(*) FILTER (WHERE scrubbed_at IS NULL) AS retryable, count(scrubbed_at) AS scrubbed
+FROM email_deliveries
 WHERE status = $1 AND status IN ('failed', 'cancelled', 'in_doubt')
   AND updated_at >= now() - make_interval(secs => $2);
 
 -- name: retry_bulk
--- Requeue up to $4 rows of status $1 changed in the last $2 seconds, due now, each with $3 more attempts (null: as many as its own max_attempts, or $5 when that is null).
+-- Requeue up to $4 rows of status $1 changed in the last $2 seconds, due now, each with $3 more attempts (null: as many as its own max_attempts, or $5 when that is null); never a row whose content retention removed.
 WITH batch AS (
     SELECT id FROM email_deliveries
-    WHERE status = $1 AND status IN ('failed', 'cancelled', 'in_doubt')
+    WHERE status = $1 AND status IN ('failed', 'cancelled', 'in_doubt') AND scrubbed_at IS NULL
       AND updated_at >= now() - make_interval(secs => $2)
     ORDER BY id
     LIMIT $4
@@ -373,11 +374,11 @@ SET status = 'pending', scheduled_at = now(), max_attempts = d.attempts + coales
 FROM batch WHERE d.id = batch.id;
 
 -- name: retry
--- Put a failed, cancelled or in_doubt row back to pending now, with $2 more attempts allowed.
+-- Put a failed, cancelled or in_doubt row back to pending now, with $2 more attempts allowed; never a row whose content retention removed (it would go out as its subject alone).
 UPDATE email_deliveries
 SET status = 'pending', scheduled_at = now(), max_attempts = attempts + $2, last_error = NULL,
     updated_at = now()
-WHERE dedupe_key = $1 AND status IN ('failed', 'cancelled', 'in_doubt')
+WHERE dedupe_key = $1 AND status IN ('failed', 'cancelled', 'in_doubt') AND scrubbed_at IS NULL
 RETURNING id;
 
 -- name: resolve
@@ -398,8 +399,8 @@ WHERE dedupe_key = $1 AND status = 'pending'
 RETURNING id;
 
 -- name: status_of
--- The status of one row (to explain why retry/cancel did nothing).
-SELECT status FROM email_deliveries WHERE dedupe_key = $1;
+-- The status of one row and whether retention removed its content (to explain why retry/cancel did nothing).
+SELECT status, scrubbed_at IS NOT NULL AS scrubbed FROM email_deliveries WHERE dedupe_key = $1;
 
 -- name: count_pending
 -- Rows waiting to be sent (for the daemon's status line).

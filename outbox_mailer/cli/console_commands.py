@@ -95,7 +95,7 @@ def cmd_user_add(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_user_remove(args: argparse.Namespace, settings: Settings) -> int:
     async def go(store: ConsoleStore) -> int:
         if not await store.remove_user(args.name):
-            raise NotFound(f"no console user {args.name!r}")
+            raise NotFound(args.name, f"no console user {args.name!r}")
         print(f"removed console user {args.name} (its sessions end at their next request)")
         return EXIT_OK
 

@@ -125,7 +125,7 @@ def cmd_suppress(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_unsuppress(args: argparse.Namespace, settings: Settings) -> int:
     async def go(store: EventStore) -> int:
         if not await store.unsuppress(args.address):
-            raise NotFound(f"{args.address} is not suppressed")
+            raise NotFound(args.address, f"{args.address} is not suppressed")
         print(f"unsuppressed {args.address}")
         return EXIT_OK
 
@@ -153,7 +153,7 @@ def cmd_events(args: argparse.Namespace, settings: Settings) -> int:
     async def go(store: EventStore) -> int:
         rows = await store.events_of(args.key)
         if not rows and not await store.status([args.key]):
-            raise NotFound(f"no email with dedupe key {args.key!r}")
+            raise NotFound(args.key)
         for row in rows:
             if args.json:
                 emit(row)

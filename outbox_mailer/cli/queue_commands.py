@@ -25,7 +25,9 @@ RETRYABLE = tuple(s.value for s in (Status.FAILED, Status.CANCELLED, Status.IN_D
 MAX_LIST_LIMIT = 100_000
 MAX_ATTEMPTS = 1000  # like OUTBOX_MAILER_MAX_ATTEMPTS
 RETRY_HELP = """\
-Put failed, cancelled or in_doubt emails back to pending, due now.
+Put failed, cancelled or in_doubt emails back to pending, due now. An email
+whose content retention removed (prune) cannot be retried: retry KEY refuses
+it, and a bulk retry leaves it out and says how many it left.
 
 How many new tries: retry KEY gives the email as many new tries as its own
 max_attempts column says (the configured OUTBOX_MAILER_MAX_ATTEMPTS when that
@@ -64,9 +66,12 @@ def cmd_retry(args: argparse.Namespace, settings: Settings) -> int:
 
 def _retry_bulk(args: argparse.Namespace, settings: Settings) -> int:
     async def go(store: Store) -> int:
-        count = await store.count_retryable(args.status, args.since)
+        count, scrubbed = await store.count_retryable(args.status, args.since)
+        if scrubbed:
+            print(f"{scrubbed} {args.status} emails whose content retention removed cannot be retried "
+                  "(enqueue them again under new dedupe keys); they are left as they are", file=sys.stderr)
         if count == 0:
-            print(f"no {args.status} emails changed in that window", file=sys.stderr)
+            print(f"no {args.status} emails to retry changed in that window", file=sys.stderr)
             return EXIT_NOTHING
         if not args.yes and not _confirm(f"requeue {count} {args.status} emails?"):
             print("nothing requeued", file=sys.stderr)

@@ -9,7 +9,7 @@ from typing import Any
 
 import asyncpg
 
-from ..errors import InvalidTransition, NotFound, SchemaMismatch
+from ..errors import ContentRemoved, InvalidTransition, NotFound, SchemaMismatch
 from ..migrations import Migration, expected_schema_version
 from ..queries import sql
 from ..suppression import form_or_none
@@ -156,23 +156,29 @@ class Store:
                     if actor is not None:
                         await conn.execute(sql("record_action"), actor, name, key, None, json.dumps(detail))
                     return
-            status = await conn.fetchval(sql("status_of"), key)
-        if status is None:
+            row = await conn.fetchrow(sql("status_of"), key)
+        if row is None:
             raise NotFound(key)
-        raise InvalidTransition(key, status, name)
+        if name == "retry" and row["scrubbed"]:
+            raise ContentRemoved(key, row["status"])
+        raise InvalidTransition(key, row["status"], name)
 
     async def list_by_status(self, statuses: Sequence[str], since_seconds: float, limit: int) -> list[dict[str, Any]]:
         async with self._conn() as conn:
             return [dict(r) for r in await conn.fetch(sql("list_by_status"), list(statuses), since_seconds, limit)]
 
-    async def count_retryable(self, status: str, since_seconds: float) -> int:
+    async def count_retryable(self, status: str, since_seconds: float) -> tuple[int, int]:
+        """Rows of ``status`` changed within the window: how many a bulk retry would requeue, and how
+        many it leaves because retention removed their content."""
         async with self._conn() as conn:
-            return int(await conn.fetchval(sql("count_retryable"), status, since_seconds))
+            row = await conn.fetchrow(sql("count_retryable"), status, since_seconds)
+        return int(row["retryable"]), int(row["scrubbed"])
 
     async def retry_bulk(self, status: str, since_seconds: float, extra_attempts: int | None, default_attempts: int,
                          batch: int = 1000) -> int:
         """Requeue in short transactions of ``batch`` rows, each with ``extra_attempts`` more attempts
-        (None: as many as its own max_attempts, ``default_attempts`` when that is null); returns how many."""
+        (None: as many as its own max_attempts, ``default_attempts`` when that is null); never a row whose
+        content retention removed. Returns how many."""
         total = 0
         while True:
             async with self._conn() as conn:

@@ -52,7 +52,7 @@ class EmailFilter:
 
     status: str | None = None
     transport: str | None = None
-    recipient: str | None = None  # a To, Cc or Bcc address (its addr-spec, any case)
+    recipient: str | None = None  # a whole To, Cc or Bcc address (its addr-spec, any case; no part of one)
     key: str | None = None  # a dedupe-key prefix
     created_after: datetime | None = None
     created_before: datetime | None = None
@@ -171,12 +171,13 @@ class ConsoleStore(EventStore):
 
     def _selection(self, f: EmailFilter, default_transport: str, action: BulkAction, p: _Params) -> str:
         conds = _range(f, p) + _matches(f, default_transport, p)
-        conds.append("d.status IN ('failed', 'cancelled', 'in_doubt')" if action == "retry" else "d.status = 'pending'")
+        conds.append("d.status IN ('failed', 'cancelled', 'in_doubt') AND d.scrubbed_at IS NULL" if action == "retry"
+                     else "d.status = 'pending'")
         return "FROM email_deliveries d WHERE " + " AND ".join(conds)
 
     async def count_selection(self, f: EmailFilter, default_transport: str, action: BulkAction) -> int:
         """How many rows of the filter a bulk ``action`` would change (retry: failed, cancelled or
-        in_doubt ones; cancel: pending ones)."""
+        in_doubt ones whose content retention has not removed; cancel: pending ones)."""
         p = _Params()
         query = f"SELECT count(*) {self._selection(f, default_transport, action, p)}"
         async with self._conn() as conn:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import zipfile
 
 from tests.e2e.conftest import Installed, base_env, wheel_names
 
@@ -13,6 +14,16 @@ def test_wheel_contains_migrations_and_queries(installed: Installed) -> None:
     assert "outbox_mailer/queries.sql" in names and "outbox_mailer/console_queries.sql" in names
     assert "outbox_mailer/console/templates/email.html" in names and "outbox_mailer/console/static/refresh.js" in names
     assert "outbox_mailer/migrations/grants/console_role.sql" in names
+
+
+def test_the_wheel_carries_the_mit_license_its_metadata_names(installed: Installed) -> None:
+    names = wheel_names(installed.wheel)
+    [license_file] = [n for n in names if n.endswith(".dist-info/licenses/LICENSE")]
+    with zipfile.ZipFile(installed.wheel) as wheel:
+        text = wheel.read(license_file).decode()
+        metadata = wheel.read(license_file.split("/")[0] + "/METADATA").decode()
+    assert text.startswith("MIT License") and "Copyright (c) 2026 The outbox-mailer authors" in text
+    assert "License: MIT" in metadata.splitlines()
 
 
 def test_migrate_from_the_installed_wheel(installed: Installed, empty_db_url: str) -> None:

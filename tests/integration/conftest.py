@@ -1,4 +1,4 @@
-"""Fixtures for running the daemon in-process against the test PostgreSQL and SMTP server, with or
+"""Fixtures for running the daemon (and the CLI) in-process against the test PostgreSQL and SMTP server, with or
 without its metrics endpoint."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import anyio
 import pytest
 from anyio.abc import TaskStatus
 
+from outbox_mailer.cli import main
 from outbox_mailer.config import Settings
 from outbox_mailer.daemon import Daemon
 from outbox_mailer.delivery import Transport
@@ -38,6 +39,11 @@ def settings_for(db_url: str, server: SmtpTestServer, **overrides: Any) -> Setti
     }
     values.update(overrides)
     return Settings(**values)
+
+
+async def cli(*args: str) -> int:
+    """The CLI's own entry point (``outbox-mailer ARGS``), in a thread: it runs its own event loop."""
+    return await anyio.to_thread.run_sync(main, list(args))
 
 
 async def insert(store: Store, key: str, **cols: Any) -> None:

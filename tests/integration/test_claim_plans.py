@@ -9,7 +9,6 @@ statistics, and count the rows PostgreSQL then reads for one claim, outcome writ
 
 from __future__ import annotations
 
-import anyio
 import pytest
 
 from outbox_mailer.delivery import Status
@@ -24,10 +23,13 @@ GROWN = 30_000
 
 
 async def _rows_read(store: SqlStore, session: ClaimSession) -> int:
-    """Rows read so far from the hot tables by sequential and index scans (the session's counts flushed)."""
+    """Rows read so far from the hot tables by sequential and index scans. The counts of every
+    connection that reads them (the session's, and the store's one connection) are flushed first: a
+    backend flushes on its own, when idle, at most once a second, so a connection left unflushed
+    could add its reads between two readings. pg_stat_force_next_flush() makes the flush happen as
+    the statement ends, before PostgreSQL answers it."""
     await session._conn.execute("SELECT pg_stat_force_next_flush()")
-    await session._conn.execute("SELECT 1")  # the flush happens when this session goes idle
-    await anyio.sleep(0.2)
+    await store.execute("SELECT pg_stat_force_next_flush()")
     rows = await store.fetch(
         "SELECT sum(coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0)) AS n FROM pg_stat_user_tables "
         "WHERE relname = ANY($1::text[])", list(TABLES))
@@ -47,7 +49,7 @@ async def _one_cycle(session: ClaimSession, batch: int) -> None:
 
 
 async def test_plans_made_on_small_tables_read_few_rows_once_the_tables_are_large(db_url: str) -> None:
-    store = await SqlStore.open(db_url)
+    store = await SqlStore.open(db_url, max_size=1)  # one connection: _rows_read flushes its counts
     session = await ClaimSession.open(db_url)
     try:
         for table in TABLES:  # no statistics refreshed behind the test's back

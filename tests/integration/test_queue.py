@@ -68,6 +68,9 @@ async def test_claim_and_outcome_write_are_hot_updates_of_fat_rows(store: SqlSto
         while batch := await session.claim_due(100, "w"):
             claimed += batch
             await session.record_outcomes([write_for(d, Status.SENT) for d in batch])
+        # the session's counts reach the statistics as this statement ends (at close, they would only
+        # when its backend has exited, which the close does not wait for)
+        await session._conn.execute("SELECT pg_stat_force_next_flush()")
     finally:
         await session.close()
     assert len(claimed) == 300
