@@ -14,7 +14,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .delivery_events.model import BounceClass, Kind, ProviderEvent
+from .delivery_events.model import BounceClass, Kind, ProviderEvent, storable
 from .store import EventStore
 from .suppression import normal_address
 
@@ -53,7 +53,7 @@ def _normal_recipient(event: ProviderEvent) -> str | None:
 async def take_in(store: EventStore, events: Sequence[ProviderEvent], *, automatic: bool) -> Intake:
     """Record every event (a DatabaseError is raised: the caller answers 503 or exits 75)."""
     intake = Intake()
-    for event in events:
+    for event in map(storable, events):
         recipient = _normal_recipient(event)
         reason = suppression_for(event, automatic) if recipient is not None else None
         delivery_id, new = await store.record(event, recipient, reason)

@@ -9,13 +9,16 @@ Refusals (each maps to the HTTP status the receiver answers, nothing written)::
      └── Unavailable          503: what the check needs cannot be had now (SNS's certificate): retry later
 
 An authentic body whose event types are unknown is not refused: its module returns no event for
-them (the receiver answers 200, so the provider stops retrying).
+them (the receiver answers 200, so the provider stops retrying). Nor is one whose strings hold what
+PostgreSQL cannot store (U+0000, a lone UTF-16 surrogate, both valid JSON escapes): :func:`storable`
+drops the one and replaces the other, and the rest is recorded.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
@@ -23,6 +26,7 @@ from typing import Any
 from ..errors import OutboxMailerError
 
 MAX_BODY_BYTES = 5 * 1024 * 1024
+_SURROGATE = re.compile("[\ud800-\udfff]")  # in a str from JSON, always a lone one (a pair decodes to one character)
 
 
 class Kind(StrEnum):
@@ -65,6 +69,24 @@ class ProviderEvent:
     dedupe_key: str | None = None
     bounce_class: BounceClass | None = None
     detail: dict[str, Any] = field(default_factory=dict)  # the provider's own fields, JSON-serialisable
+
+
+def storable(event: ProviderEvent) -> ProviderEvent:
+    """``event`` with every string PostgreSQL can store (text and jsonb refuse U+0000 and lone
+    surrogates): U+0000 dropped, a lone surrogate replaced by U+FFFD, in its fields and its detail."""
+    return replace(event, **{name: _clean(getattr(event, name)) for name in (
+        "provider_event_id", "recipient", "provider_message_id", "message_id", "dedupe_key", "detail")})
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, str):
+        return _SURROGATE.sub("\ufffd", value.replace("\x00", "")) if not value.isascii() or "\x00" in value \
+            else value
+    if isinstance(value, dict):
+        return {_clean(key): _clean(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clean(item) for item in value]
+    return value
 
 
 @dataclass(frozen=True, slots=True)

@@ -119,3 +119,22 @@ async def test_a_request_head_over_the_limit_is_refused_however_it_arrives(
     async with await served.connect(CLIENT) as stream:
         await stream.send(head)  # in one piece: the server reads it in one or a few large chunks
         assert (await answer(stream)).startswith(b"HTTP/1.1 " + status + b" ")
+
+
+# ---- bodies PostgreSQL could not store ---------------------------------------------------------------------
+
+async def test_a_signed_batch_with_nul_and_lone_surrogates_is_recorded_without_them(
+        served: Served, store: SqlStore) -> None:
+    batch = [sg.event("delivered", email="a@example.com", sg_event_id="sg-1"),
+             sg.event("delivered", email="b\u0000@example.com", sg_event_id="sg-\u00002",
+                      response="250 ok\u0000 \ud800 queued", **{"nul\u0000key": "v"}),
+             sg.event("delivered", email="c@example.com", sg_event_id="sg-3")]
+    body = json.dumps(batch).encode()
+    assert b"\\u0000" in body and b"\\ud800" in body
+    r = await served.post("/webhooks/sendgrid", body, sg.signed(body, str(int(time.time()))))
+    assert r.status_code == 200 and r.json() == {"recorded": 3, "duplicates": 0, "unmatched": 3}
+    rows = await store.fetch("SELECT provider_event_id, recipient, detail FROM email_delivery_events ORDER BY id")
+    assert [(r["provider_event_id"], r["recipient"]) for r in rows] == [
+        ("sg-1", "a@example.com"), ("sg-2", "b@example.com"), ("sg-3", "c@example.com")]
+    detail: dict[str, Any] = rows[1]["detail"]
+    assert detail["response"] == "250 ok \ufffd queued" and detail["nulkey"] == "v"
