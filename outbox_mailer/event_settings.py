@@ -59,8 +59,6 @@ class SendgridWebhook(BaseModel):
 
 class SesWebhook(BaseModel):
     topic_arns: str | None = None  # comma-separated SNS topic ARNs whose notifications are accepted
-    # tests only: a regular expression for the host of SigningCertURL (default: sns.<region>.amazonaws.com)
-    certificate_host_pattern: str | None = None
 
     @field_validator("topic_arns")
     @classmethod

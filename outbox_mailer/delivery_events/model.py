@@ -26,6 +26,11 @@ from typing import Any
 from ..errors import OutboxMailerError
 
 MAX_BODY_BYTES = 5 * 1024 * 1024
+# The window of a signed timestamp (Resend's Svix, SendGrid, Mailgun). Svix and Stripe use 5 minutes; SendGrid
+# and Mailgun name none. A genuine POST is signed when it is sent, so it is seconds old on arrival: the window
+# only has to absorb clock skew and a slow network, and a wider one leaves a captured request replayable for
+# longer. A replay inside it repeats the provider's event ids, which the receiver records once.
+TOLERANCE_SECONDS = 300
 _SURROGATE = re.compile("[\ud800-\udfff]")  # in a str from JSON, always a lone one (a pair decodes to one character)
 
 
@@ -120,6 +125,17 @@ class TooLarge(WebhookRefused):
 
 class Unavailable(WebhookRefused):
     status = 503
+
+
+def check_timestamp(value: str, now: datetime, name: str) -> None:
+    """Unauthenticated unless ``value`` is a Unix time in whole seconds within TOLERANCE_SECONDS of ``now``.
+
+    The reason names neither ``now`` nor the difference: a refusal tells a caller nothing of the server's clock.
+    """
+    if not (value.isascii() and value.isdigit() and len(value) <= 15):  # 15 digits: beyond the year 30,000,000
+        raise Unauthenticated(f"{name} is not a Unix time")
+    if abs(now.timestamp() - int(value)) > TOLERANCE_SECONDS:
+        raise Unauthenticated(f"{name} is more than {TOLERANCE_SECONDS} s from now")
 
 
 def json_body(body: bytes) -> Any:

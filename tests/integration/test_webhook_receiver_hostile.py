@@ -138,3 +138,25 @@ async def test_a_signed_batch_with_nul_and_lone_surrogates_is_recorded_without_t
         ("sg-1", "a@example.com"), ("sg-2", "b@example.com"), ("sg-3", "c@example.com")]
     detail: dict[str, Any] = rows[1]["detail"]
     assert detail["response"] == "250 ok \ufffd queued" and detail["nulkey"] == "v"
+
+
+# ---- timestamps and what a refusal says ----------------------------------------------------------------------
+
+async def test_timestamps_of_hundreds_of_digits_are_refused_as_unauthenticated(served: Served) -> None:
+    body = json.dumps([sg.event("delivered")]).encode()
+    huge = "9" * 400
+    r = await served.post("/webhooks/sendgrid", body, sg.signed(body, huge))
+    assert r.status_code == 401
+    mailgun = json.loads(mailgun_body("tok-huge", "ev-huge"))
+    mailgun["signature"]["timestamp"] = huge
+    r = await served.post("/webhooks/mailgun", json.dumps(mailgun).encode(), {})
+    assert r.status_code == 401
+
+
+async def test_a_refusal_says_the_same_whatever_the_server_clock(served: Served) -> None:
+    body = resend_event("email.delivered", "re_clock")
+    answers = set()
+    for stale in (1_000_000_000, 1_500_000_000):  # the age of each would give the server's time away
+        r = await served.post("/webhooks/resend", body, svix_headers(body, "m-clock", at=stale))
+        answers.add((r.status_code, r.text))
+    assert len(answers) == 1 and answers.pop()[0] == 401

@@ -232,17 +232,18 @@ async def test_every_sns_region_host_is_accepted(url: str) -> None:
     assert fetch.urls == [url]
 
 
-async def test_allowed_cert_hosts_replaces_the_sns_host_pattern_for_tests_only() -> None:
+async def test_only_the_modules_host_pattern_admits_another_host_and_https_stays_required(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     local = "https://certs.test/sns.pem"
     fetch = FakeFetch()
     envelope = sign(notification(DELIVERY)) | {"SigningCertURL": local}
-    await verify(envelope, fetch, allowed_cert_hosts=re.compile(r"certs\.test"))
-    assert fetch.urls == [local]
     with pytest.raises(Unauthenticated, match="SigningCertURL"):
         await verify(envelope)
+    monkeypatch.setattr(ses, "SNS_CERT_HOST", re.compile(r"certs\.test"))  # what a test serving certificates does
+    await verify(envelope, fetch)
+    assert fetch.urls == [local]
     with pytest.raises(Unauthenticated, match="SigningCertURL"):
-        await verify(envelope | {"SigningCertURL": "http://certs.test/sns.pem"},
-                     allowed_cert_hosts=re.compile(r"certs\.test"))
+        await verify(envelope | {"SigningCertURL": "http://certs.test/sns.pem"})
 
 
 @pytest.mark.parametrize("field", ["Message", "MessageId", "Timestamp", "TopicArn", "Type", "Signature",
