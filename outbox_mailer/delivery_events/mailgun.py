@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 from datetime import UTC, datetime
 from typing import Any
 
@@ -58,6 +57,7 @@ from .model import (
     Unauthenticated,
     check_timestamp,
     json_object,
+    unverified_json,
 )
 
 PROVIDER = "mailgun"
@@ -83,10 +83,7 @@ def verify(body: bytes, signing_key: str, now: datetime) -> None:
     """
     if not signing_key:
         raise ValueError("the Mailgun webhook signing key is empty")
-    try:
-        document = json.loads(body)
-    except (ValueError, RecursionError):
-        raise Unauthenticated("body is not JSON, so carries no Mailgun signature") from None
+    document = unverified_json(body, "a signed Mailgun event")
     block = document.get("signature") if isinstance(document, dict) else None
     if not isinstance(block, dict):
         raise Unauthenticated("body has no signature object")

@@ -59,7 +59,7 @@ from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
-from .model import BounceClass, Kind, Malformed, ProviderEvent, Received, Unauthenticated
+from .model import BounceClass, Kind, Malformed, ProviderEvent, Received, Unauthenticated, unverified_json
 
 PROVIDER = "ses"
 # The only hosts a SigningCertURL or SubscribeURL may name. No setting changes it: tests that serve a certificate
@@ -124,10 +124,7 @@ async def verify(body: bytes, topic_arns: Collection[str],
     ``fetch_certificate(url)`` returns the PEM certificate at an already checked ``SigningCertURL``;
     whatever it raises (a network failure is not the sender's fault) is left to the caller.
     """
-    try:
-        envelope = json.loads(body)
-    except (ValueError, RecursionError):
-        raise Unauthenticated("body is not an SNS message (not JSON)") from None
+    envelope = unverified_json(body, "an SNS message")
     if not isinstance(envelope, dict):
         raise Unauthenticated("body is not an SNS message (not a JSON object)")
     signed = string_to_sign(envelope)
