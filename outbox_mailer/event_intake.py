@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from .bounce_tags import BounceTag, Unproven
-from .delivery_events.model import ProviderEvent
+from .delivery_events.model import ProviderEvent, storable
 from .store import EventStore
 from .suppression import normal_address, suppression_for
 
@@ -62,7 +62,7 @@ async def take_in(store: EventStore, events: Sequence[ProviderEvent], *, automat
     """Record every event (a DatabaseError is raised: the caller answers 503 or exits 75).
     ``proof``: what the envelope recipient of a bounce by mail proves (``ingest-dsn``)."""
     intake = Intake()
-    for event in events:
+    for event in map(storable, events):
         if event.occurred_at is not None and event.occurred_at > now + MAX_FUTURE_SKEW:
             intake.refused += 1
             log.warning("%s event %s refused: dated %s, in the future", event.provider, event.provider_event_id,

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, SecretStr, field_validator, model_va
 from .addresses import parse_address
 from .bounce_tags import MAX_LOCAL_OCTETS, BounceAddress
 from .config_checks import parse_listen_address
+from .console_settings import Network, parse_networks
 from .errors import CompositionError
 
 FINITE = ConfigDict(allow_inf_nan=False)
@@ -61,8 +62,6 @@ class SendgridWebhook(BaseModel):
 
 class SesWebhook(BaseModel):
     topic_arns: str | None = None  # comma-separated SNS topic ARNs whose notifications are accepted
-    # tests only: a regular expression for the host of SigningCertURL (default: sns.<region>.amazonaws.com)
-    certificate_host_pattern: str | None = None
 
     @field_validator("topic_arns")
     @classmethod
@@ -91,6 +90,9 @@ class MailgunWebhook(BaseModel):
 class WebhookSettings(BaseModel):
     model_config = FINITE
     address: str | None = None  # "host:port" the receiver listens on; `outbox-mailer webhooks` needs it
+    # addresses or networks of the reverse proxies in front, comma-separated: their connections are held to the
+    # overall bound only, not to the per-client one (they speak for many clients)
+    proxies: str = "127.0.0.0/8,::1"
     resend: ResendWebhook = ResendWebhook()
     postmark: PostmarkWebhook = PostmarkWebhook()
     sendgrid: SendgridWebhook = SendgridWebhook()
@@ -103,6 +105,15 @@ class WebhookSettings(BaseModel):
         if value is not None:
             parse_listen_address(value)
         return value
+
+    @field_validator("proxies")
+    @classmethod
+    def _proxies(cls, value: str) -> str:
+        parse_networks(value)
+        return value
+
+    def proxy_networks(self) -> tuple[Network, ...]:
+        return parse_networks(self.proxies)
 
     def enabled(self) -> list[str]:
         """The providers whose route is on."""

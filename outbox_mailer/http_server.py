@@ -1,6 +1,6 @@
 """HTTP served to the outside, inside the daemon's event loop: the only module that imports uvicorn.
 
-``async with serve_http(app, address, setting=...) as (host, port):`` binds ``address``
+``async with serve_http(app, address, setting=..., exempt=...) as (host, port):`` binds ``address``
 (``host:port``, ``[v6]:port``; a clear :class:`ConfigurationError` naming ``setting`` when it
 cannot), serves the ASGI ``app`` with uvicorn's h11 protocol as a task of the current anyio
 task group, and stops it when the block ends. What it adds to uvicorn, against hostile clients:
@@ -10,9 +10,13 @@ task group, and stops it when the block ends. What it adds to uvicorn, against h
   ``408 Request Timeout`` and is closed. uvicorn has no header-read timeout: its
   ``timeout_keep_alive`` only runs between requests and any byte cancels it, so a client
   trickling one header line every few seconds would hold its connection for ever.
-* **Bounds.** At most ``MAX_CONNECTIONS`` open connections (more are closed as they arrive),
-  a request head of at most ``MAX_HEAD_BYTES`` (h11: 400 beyond), one request in progress per
-  connection (h11 pauses pipelined ones).
+* **Bounds.** At most ``MAX_CONNECTIONS`` open connections, and at most
+  ``MAX_CONNECTIONS_PER_CLIENT`` of them from one client (an IPv4 address, an IPv6 /64), so
+  that one client cannot hold them all; more are closed as they arrive. A reverse proxy speaks
+  for many clients: addresses in ``exempt`` (loopback by default) are held to the overall bound
+  only. A request head (request line and headers, up to the blank line) of at most
+  ``MAX_HEAD_BYTES``, counted on the bytes received, whatever chunks they come in (400 beyond);
+  one request in progress per connection (h11 pauses pipelined ones).
 * **Shutdown that waits for no client.** Leaving the block closes the port, closes idle and
   half-sent connections at once, gives requests being answered ``SHUTDOWN_GRACE_SECONDS``,
   then aborts whatever remains.
@@ -29,10 +33,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
+import re
 import socket
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
 import anyio
@@ -47,20 +53,28 @@ log = logging.getLogger("outbox_mailer")
 
 REQUEST_TIMEOUT_SECONDS = 5  # to send a whole request, from connecting or from the previous response
 MAX_CONNECTIONS = 64  # open at once; a scraper and a few probes need a handful
+MAX_CONNECTIONS_PER_CLIENT = 8  # open at once from one client address (an IPv6 /64), exempt addresses aside
 MAX_HEAD_BYTES = 16 * 1024  # request line and headers
 SHUTDOWN_GRACE_SECONDS = 1  # for responses being written when the server stops
 SERVER_HEADER = "outbox-mailer"
 FULL_WARNING_EVERY_SECONDS = 60.0
 
 Asgi = Any  # an ASGI 3 application (starlette.applications.Starlette, for one)
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+LOOPBACK: tuple[Network, ...] = (ipaddress.ip_network("127.0.0.0/8"), ipaddress.ip_network("::1/128"))
+_HEAD_END = re.compile(rb"\n\r?\n")  # where h11 ends a request head
 
 
 @contextlib.asynccontextmanager
-async def serve_http(app: Asgi, address: str, *, setting: str) -> AsyncIterator[tuple[str, int]]:
-    """Serve ``app`` on ``address`` while the block runs; yields the bound (host, port)."""
+async def serve_http(app: Asgi, address: str, *, setting: str,
+                     exempt: Sequence[Network] = LOOPBACK) -> AsyncIterator[tuple[str, int]]:
+    """Serve ``app`` on ``address`` while the block runs; yields the bound (host, port).
+
+    ``exempt``: the addresses of reverse proxies, whose connections are not held to the per-client bound.
+    """
     sock = _bind(address, setting)
     host, port = sock.getsockname()[:2]
-    server = _Server(_config(app))
+    server = _Server(_config(app, tuple(exempt)))
     stopped = anyio.Event()
 
     async def run() -> None:
@@ -98,10 +112,14 @@ def _bind(address: str, setting: str) -> socket.socket:
     return sock
 
 
-def _config(app: Asgi) -> uvicorn.Config:
+def _config(app: Asgi, exempt: tuple[Network, ...]) -> uvicorn.Config:
     _route_uvicorn_logs()
+
+    class Protocol(_GuardedH11Protocol):
+        exempt_networks = exempt
+
     return uvicorn.Config(
-        app, http=_GuardedH11Protocol, ws="none", lifespan="off", interface="asgi3",
+        app, http=Protocol, ws="none", lifespan="off", interface="asgi3",
         log_config=None, access_log=True, proxy_headers=False,
         server_header=False, headers=[("server", SERVER_HEADER)],
         timeout_keep_alive=REQUEST_TIMEOUT_SECONDS, timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS,
@@ -137,19 +155,40 @@ class _Server(uvicorn.Server):
 
 
 class _GuardedH11Protocol(H11Protocol):
-    """h11 with a deadline for each request and a cap on open connections."""
+    """h11 with a deadline for each request, a bound on the request head, caps on open connections."""
 
+    exempt_networks: tuple[Network, ...] = LOOPBACK
     _last_full_warning = -FULL_WARNING_EVERY_SECONDS
     _deadline: asyncio.TimerHandle | None = None
+    _client_key: object = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         full = len(self.connections) >= MAX_CONNECTIONS
         super().connection_made(transport)
-        if full:
-            _GuardedH11Protocol._warn_full()
+        self._client_key = _client_key(self.client, self.exempt_networks)
+        if full or self._client_full():
+            _GuardedH11Protocol._warn_full(full, self.client)
             transport.close()
             return
         self._arm()
+
+    def _client_full(self) -> bool:
+        if self._client_key is None:
+            return False
+        same = sum(1 for other in self.connections
+                   if other is not self and getattr(other, "_client_key", None) == self._client_key)
+        return same >= MAX_CONNECTIONS_PER_CLIENT
+
+    def handle_events(self) -> None:
+        if self.conn.their_state is h11.IDLE and self._head_too_large():
+            self.send_400_response("Request head too large.")
+            return
+        super().handle_events()
+
+    def _head_too_large(self) -> bool:
+        """Whether the request head being received is over MAX_HEAD_BYTES (h11 bounds only an incomplete one)."""
+        buffered, _ = self.conn.trailing_data
+        return len(buffered) > MAX_HEAD_BYTES and _HEAD_END.search(buffered, 0, MAX_HEAD_BYTES) is None
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
@@ -185,16 +224,36 @@ class _GuardedH11Protocol(H11Protocol):
         self.transport.close()
 
     @staticmethod
-    def _warn_full() -> None:
+    def _warn_full(everyone: bool, client: tuple[str, int] | None) -> None:
         now = time.monotonic()
         if now - _GuardedH11Protocol._last_full_warning >= FULL_WARNING_EVERY_SECONDS:
             _GuardedH11Protocol._last_full_warning = now
-            log.warning("http: %d connections open, refusing more (they close after %ds without a request)",
-                        MAX_CONNECTIONS, REQUEST_TIMEOUT_SECONDS)
+            held = f"{MAX_CONNECTIONS} connections open" if everyone else \
+                f"{MAX_CONNECTIONS_PER_CLIENT} connections open from {client[0] if client else '?'}"
+            log.warning("http: %s, refusing more (they close after %ds without a request)", held,
+                        REQUEST_TIMEOUT_SECONDS)
 
 
 def _peer(client: tuple[str, int] | None) -> str:
     return f"{client[0]}:{client[1]}" if client else "?"
+
+
+def _client_key(client: tuple[str, int] | None, exempt: tuple[Network, ...]) -> object:
+    """What the per-client bound counts connections by: the IPv4 address, or the IPv6 /64 (one
+    subscriber's usual share); None for a client held to the overall bound only (exempt, or unknown)."""
+    if client is None:
+        return None
+    try:
+        address = ipaddress.ip_address(client[0].split("%", 1)[0])
+    except ValueError:
+        return None
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    if any(address in network for network in exempt):
+        return None
+    if isinstance(address, ipaddress.IPv6Address):
+        return ipaddress.IPv6Network((address, 64), strict=False)
+    return address
 
 
 class _DemoteChatter(logging.Filter):

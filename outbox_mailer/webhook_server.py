@@ -6,7 +6,9 @@ trusts nothing before the provider's own signature over the raw body checks out.
 set), ``GET /healthz``, ``GET /metrics``.
 
 Answers: 413 for a body over 5 MiB (read no further), 401 for a bad or missing signature or
-credentials, a stale timestamp or a Mailgun token reused with another body, 400 for an authentic
+credentials, a stale timestamp or a Mailgun token reused with another body (always the same words:
+the reason is logged, never told to a caller who may be probing for the server's clock or the
+configured topics), 400 for an authentic
 body of the wrong shape, 503 when the database (or SNS's signing certificate) cannot be reached
 (the provider retries later, and nothing is lost), 200 otherwise, unknown event types and events of no known row included (so the
 provider stops retrying). A provider's retry of an event already written gets 200 and writes
@@ -16,9 +18,8 @@ nothing (events are unique on provider and event id; Svix retries reuse ``svix-i
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -46,21 +47,27 @@ from .event_settings import WebhookSettings
 from .store import EventStore
 
 log = logging.getLogger("outbox_mailer")
-CERTIFICATE_CACHE = 32  # SNS signing certificates kept, by URL
+CERTIFICATE_CACHE = 32  # SNS signing certificates kept, by URL; as many failures to fetch one
+CERTIFICATE_RETRY_SECONDS = 30  # a URL whose certificate could not be fetched is not fetched again before this
+UNAUTHENTICATED = "not authenticated: the signature, credentials or timestamp were not accepted\n"
 FETCH_TIMEOUT_SECONDS = 10.0
 
 
 class Receiver:
-    """The app's state: settings, the store, the metrics, the SNS certificate cache."""
+    """The app's state: settings, the store, the metrics, the SNS certificate cache.
+
+    The cache keeps failures too: a SigningCertURL that could not be fetched answers 503 without a new
+    fetch for CERTIFICATE_RETRY_SECONDS, so requests naming it cannot make the receiver fetch it again
+    and again (each waits up to FETCH_TIMEOUT_SECONDS).
+    """
 
     def __init__(self, settings: WebhookSettings, store: EventStore, *, automatic_suppression: bool,
                  http: httpx.AsyncClient, clock: Callable[[], datetime] = utc_now) -> None:
         self.settings, self.store, self.http, self.clock = settings, store, http, clock
         self.automatic = automatic_suppression
         self.enabled = set(settings.enabled())
-        pattern = settings.ses.certificate_host_pattern
-        self.cert_hosts = re.compile(pattern) if pattern else None
         self._certificates: dict[str, bytes] = {}
+        self._failed_certificates: dict[str, tuple[datetime, str]] = {}  # URL -> (fetch again after, why)
         self.registry = CollectorRegistry()
         self.events = Counter("outbox_mailer_webhook_events", "Provider events recorded", ["provider", "kind"],
                               registry=self.registry)
@@ -76,14 +83,19 @@ class Receiver:
 
     async def certificate(self, url: str) -> bytes:
         if url not in self._certificates:
+            failed = self._failed_certificates.get(url)
+            if failed is not None and self.clock() < failed[0]:
+                raise Unavailable(failed[1])
             try:
                 reply = await self.http.get(url, timeout=FETCH_TIMEOUT_SECONDS)
                 reply.raise_for_status()
             except httpx.HTTPError as exc:  # not the sender's fault: SNS retries a 5xx
-                raise Unavailable(f"could not fetch the SNS signing certificate: {exc}") from None
-            if len(self._certificates) >= CERTIFICATE_CACHE:
-                self._certificates.pop(next(iter(self._certificates)))
-            self._certificates[url] = reply.content
+                why = f"could not fetch the SNS signing certificate: {exc}"
+                _bounded_put(self._failed_certificates, url,
+                             (self.clock() + timedelta(seconds=CERTIFICATE_RETRY_SECONDS), why))
+                raise Unavailable(why) from None
+            self._failed_certificates.pop(url, None)
+            _bounded_put(self._certificates, url, reply.content)
         return self._certificates[url]
 
     async def verified(self, provider: str, headers: dict[str, str], body: bytes) -> Received:
@@ -100,14 +112,14 @@ class Receiver:
             sendgrid.verify(headers, body, cfg.sendgrid.public_key or "", now)
             return sendgrid.parse(body)
         if provider == "ses":
-            envelope = await ses.verify(body, cfg.ses.arns(), self.certificate, self.cert_hosts)
+            envelope = await ses.verify(body, cfg.ses.arns(), self.certificate)
             return ses.parse(envelope)
         mailgun.verify(body, cfg.mailgun.signing_key.get_secret_value(), now)  # type: ignore[union-attr]
         return mailgun.parse(body)
 
     async def confirm_subscription(self, url: str) -> None:
         parts = urlsplit(url)
-        if parts.scheme != "https" or not (self.cert_hosts or ses.SNS_CERT_HOST).fullmatch(parts.hostname or ""):
+        if parts.scheme != "https" or not ses.SNS_CERT_HOST.fullmatch(parts.hostname or ""):
             raise Unauthenticated("SubscribeURL is not an https URL on an Amazon SNS host")
         try:
             reply = await self.http.get(url, timeout=FETCH_TIMEOUT_SECONDS)
@@ -115,6 +127,13 @@ class Receiver:
         except httpx.HTTPError as exc:
             raise WebhookRefused(f"could not confirm the SNS subscription: {exc}") from None
         log.info("confirmed the SNS subscription at %s", url.split("?", 1)[0])
+
+
+def _bounded_put(cache: dict[str, Any], key: str, value: Any) -> None:
+    """``cache[key] = value``, the oldest entry dropped first when CERTIFICATE_CACHE are held."""
+    if key not in cache and len(cache) >= CERTIFICATE_CACHE:
+        cache.pop(next(iter(cache)))
+    cache[key] = value
 
 
 async def _body(request: Request) -> bytes:
@@ -150,7 +169,8 @@ async def _webhook(request: Request) -> Response:
     except WebhookRefused as exc:
         receiver.refused.labels(provider, str(exc.status)).inc()
         log.warning("webhook %s refused with %d: %s", provider, exc.status, exc.reason)
-        return PlainTextResponse(exc.reason + "\n", status_code=exc.status)
+        told = UNAUTHENTICATED if isinstance(exc, Unauthenticated) else exc.reason + "\n"
+        return PlainTextResponse(told, status_code=exc.status)
     except DatabaseError as exc:
         return _retry_later(receiver, provider, f"database unavailable: {exc}")
     for event in received.events:

@@ -32,7 +32,7 @@ def cmd_console(args: argparse.Namespace, settings: Settings) -> int:
     from ..config_checks import parse_listen_address
     from ..console.app import Console, build_app
     from ..console.auth import is_loopback
-    from ..http_server import serve_http
+    from ..http_server import LOOPBACK, serve_http
     from ..systemd import SystemdNotifier
 
     async def go(store: ConsoleStore) -> int:
@@ -49,7 +49,7 @@ def cmd_console(args: argparse.Namespace, settings: Settings) -> int:
         console = Console(settings, store)
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async with serve_http(build_app(console), cfg.address,  # type: ignore[arg-type]
-                                  setting=ADDRESS_SETTING) as (bound_host, port):
+                                  setting=ADDRESS_SETTING, exempt=LOOPBACK + cfg.proxy_networks()) as (bound_host, port):
                 console.census.start()
                 log.info("console listening on %s:%d (%d users%s)", bound_host, port, len(users),
                          f", trusted proxy header {cfg.trusted_proxy_header}" if cfg.proxy_mode else "")

@@ -46,8 +46,8 @@ def cmd_webhooks(args: argparse.Namespace, settings: Settings) -> int:
         async with httpx.AsyncClient(trust_env=True, follow_redirects=False) as http:
             receiver = Receiver(cfg, store, automatic_suppression=settings.suppression.automatic, http=http)
             with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-                async with serve_http(build_app(receiver), cfg.address, setting="OUTBOX_MAILER_WEBHOOKS__ADDRESS") \
-                        as (host, port):
+                async with serve_http(build_app(receiver), cfg.address, setting="OUTBOX_MAILER_WEBHOOKS__ADDRESS",
+                                      exempt=cfg.proxy_networks()) as (host, port):
                     log.info("webhooks listening on %s:%d for %s", host, port, ", ".join(sorted(receiver.enabled)))
                     notifier = SystemdNotifier()
                     notifier.notify("READY=1")

@@ -5,17 +5,21 @@ Refusals (each maps to the HTTP status the receiver answers, nothing written)::
     WebhookRefused            status
      ├── Unauthenticated      401: signature, credentials or timestamp wrong or missing
      ├── Malformed            400: authentic, but not a body of the provider's documented shape
-     ├── TooLarge             413: a body over MAX_BODY_BYTES (checked before verification)
+     ├── TooLarge             413: a body over MAX_BODY_BYTES (checked before verification), or one whose
+     │                             signature is inside it over MAX_UNVERIFIED_BYTES
      └── Unavailable          503: what the check needs cannot be had now (SNS's certificate): retry later
 
 An authentic body whose event types are unknown is not refused: its module returns no event for
-them (the receiver answers 200, so the provider stops retrying).
+them (the receiver answers 200, so the provider stops retrying). Nor is one whose strings hold what
+PostgreSQL cannot store (U+0000, a lone UTF-16 surrogate, both valid JSON escapes): :func:`storable`
+drops the one and replaces the other, and the rest is recorded.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
@@ -23,6 +27,19 @@ from typing import Any
 from ..errors import OutboxMailerError
 
 MAX_BODY_BYTES = 5 * 1024 * 1024
+# The window of a signed timestamp (Resend's Svix, SendGrid, Mailgun). Svix and Stripe use 5 minutes; SendGrid
+# and Mailgun name none. A genuine POST is signed when it is sent, so it is seconds old on arrival: the window
+# only has to absorb clock skew and a slow network, and a wider one leaves a captured request replayable for
+# longer. A replay inside it repeats the provider's event ids, which the receiver records once.
+TOLERANCE_SECONDS = 300
+# Mailgun and SNS put the signature inside the JSON body, so it is parsed before it is verified. Parsing costs
+# far more than the bytes (a list of empty lists: ~25 bytes per byte), so such a body is parsed only when
+# small: SNS messages are at most 256 KiB (under 1 MiB once escaped into the envelope), Mailgun's events a
+# few KiB; and of few values (an SNS envelope has about a dozen, a Mailgun event a few hundred).
+MAX_UNVERIFIED_BYTES = 1024 * 1024
+MAX_UNVERIFIED_VALUES = 10_000
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+_SURROGATE = re.compile("[\ud800-\udfff]")  # in a str from JSON, always a lone one (a pair decodes to one character)
 
 
 class Kind(StrEnum):
@@ -67,6 +84,24 @@ class ProviderEvent:
     detail: dict[str, Any] = field(default_factory=dict)  # the provider's own fields, JSON-serialisable
 
 
+def storable(event: ProviderEvent) -> ProviderEvent:
+    """``event`` with every string PostgreSQL can store (text and jsonb refuse U+0000 and lone
+    surrogates): U+0000 dropped, a lone surrogate replaced by U+FFFD, in its fields and its detail."""
+    return replace(event, **{name: _clean(getattr(event, name)) for name in (
+        "provider_event_id", "recipient", "provider_message_id", "message_id", "dedupe_key", "detail")})
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, str):
+        return _SURROGATE.sub("\ufffd", value.replace("\x00", "")) if not value.isascii() or "\x00" in value \
+            else value
+    if isinstance(value, dict):
+        return {_clean(key): _clean(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clean(item) for item in value]
+    return value
+
+
 @dataclass(frozen=True, slots=True)
 class Received:
     """What an authentic webhook body holds."""
@@ -98,6 +133,32 @@ class TooLarge(WebhookRefused):
 
 class Unavailable(WebhookRefused):
     status = 503
+
+
+def check_timestamp(value: str, now: datetime, name: str) -> None:
+    """Unauthenticated unless ``value`` is a Unix time in whole seconds within TOLERANCE_SECONDS of ``now``.
+
+    The reason names neither ``now`` nor the difference: a refusal tells a caller nothing of the server's clock.
+    """
+    if not (value.isascii() and value.isdigit() and len(value) <= 15):  # 15 digits: beyond the year 30,000,000
+        raise Unauthenticated(f"{name} is not a Unix time")
+    if abs(now.timestamp() - int(value)) > TOLERANCE_SECONDS:
+        raise Unauthenticated(f"{name} is more than {TOLERANCE_SECONDS} s from now")
+
+
+def unverified_json(body: bytes, what: str) -> Any:
+    """The JSON of a body whose signature is inside it, parsed only when MAX_UNVERIFIED_BYTES and
+    MAX_UNVERIFIED_VALUES bound what that costs: TooLarge over the one, Unauthenticated over the other
+    or when it is not JSON (``what`` names the message it should have been)."""
+    if len(body) > MAX_UNVERIFIED_BYTES:
+        raise TooLarge(f"a body over {MAX_UNVERIFIED_BYTES} bytes is not {what}")
+    skeleton = _JSON_STRING.sub(b"", body)  # every value but the first follows a comma or opens a container
+    if skeleton.count(b",") + skeleton.count(b"[") + skeleton.count(b"{") > MAX_UNVERIFIED_VALUES:
+        raise Unauthenticated(f"body is not {what} (more than {MAX_UNVERIFIED_VALUES} JSON values)")
+    try:
+        return json.loads(body)
+    except (ValueError, RecursionError):
+        raise Unauthenticated(f"body is not {what} (not JSON)") from None
 
 
 def json_body(body: bytes) -> Any:

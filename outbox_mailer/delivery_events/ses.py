@@ -59,9 +59,11 @@ from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
-from .model import BounceClass, Kind, Malformed, ProviderEvent, Received, Unauthenticated
+from .model import BounceClass, Kind, Malformed, ProviderEvent, Received, Unauthenticated, unverified_json
 
 PROVIDER = "ses"
+# The only hosts a SigningCertURL or SubscribeURL may name. No setting changes it: tests that serve a certificate
+# on loopback replace this module attribute.
 SNS_CERT_HOST = re.compile(r"sns\.[a-z0-9-]+\.amazonaws\.com(\.cn)?")
 # The whole URL, strictly: no user info, port, query or fragment for a URL parser to read differently.
 _CERT_URL = re.compile(r"https://(?P<host>[A-Za-z0-9.-]+)/[A-Za-z0-9._/-]*\.pem")
@@ -106,30 +108,23 @@ def string_to_sign(envelope: dict[str, Any]) -> bytes:
     return "".join(parts).encode("utf-8")
 
 
-def check_cert_url(url: Any, allowed_cert_hosts: re.Pattern[str] | None = None) -> str:
-    """``url`` if it is an https URL of a ``.pem`` on an SNS host, else Unauthenticated.
-
-    ``allowed_cert_hosts`` replaces the SNS host pattern (tests only); https stays required.
-    """
+def check_cert_url(url: Any) -> str:
+    """``url`` if it is an https URL of a ``.pem`` on an SNS host, else Unauthenticated."""
     match = _CERT_URL.fullmatch(url) if isinstance(url, str) else None
     host = match.group("host").lower() if match else ""
-    if not match or not (allowed_cert_hosts or SNS_CERT_HOST).fullmatch(host):
+    if not match or not SNS_CERT_HOST.fullmatch(host):
         raise Unauthenticated("SigningCertURL is not an https .pem URL on an Amazon SNS host")
     return url
 
 
 async def verify(body: bytes, topic_arns: Collection[str],
-                 fetch_certificate: Callable[[str], Awaitable[bytes]],
-                 allowed_cert_hosts: re.Pattern[str] | None = None) -> dict[str, Any]:
+                 fetch_certificate: Callable[[str], Awaitable[bytes]]) -> dict[str, Any]:
     """The SNS envelope of ``body`` once its signature is checked; Unauthenticated on anything wrong.
 
     ``fetch_certificate(url)`` returns the PEM certificate at an already checked ``SigningCertURL``;
     whatever it raises (a network failure is not the sender's fault) is left to the caller.
     """
-    try:
-        envelope = json.loads(body)
-    except (ValueError, RecursionError):
-        raise Unauthenticated("body is not an SNS message (not JSON)") from None
+    envelope = unverified_json(body, "an SNS message")
     if not isinstance(envelope, dict):
         raise Unauthenticated("body is not an SNS message (not a JSON object)")
     signed = string_to_sign(envelope)
@@ -146,7 +141,7 @@ async def verify(body: bytes, topic_arns: Collection[str],
         signature = base64.b64decode(signature_text, validate=True)
     except (ValueError, binascii.Error):
         raise Unauthenticated("Signature is not base64") from None
-    url = check_cert_url(envelope.get("SigningCertURL"), allowed_cert_hosts)
+    url = check_cert_url(envelope.get("SigningCertURL"))
     pem = await fetch_certificate(url)
     try:
         key = x509.load_pem_x509_certificate(pem).public_key()

@@ -7,6 +7,7 @@ import base64
 import hashlib
 import hmac
 import json
+import re
 import secrets
 import time
 from collections.abc import AsyncIterator
@@ -17,6 +18,7 @@ import httpx
 import pytest
 
 from outbox_mailer.config import Settings
+from outbox_mailer.delivery_events import ses
 from outbox_mailer.http_server import serve_http
 from outbox_mailer.migrations import load_migrations
 from outbox_mailer.pgcluster import TemporaryPostgres
@@ -139,14 +141,15 @@ async def test_postmark_needs_its_basic_credentials(receiver: tuple[str, EventSt
     assert (await post(url, "/webhooks/postmark", body, {"authorization": good})).status_code == 200
 
 
-async def test_a_mailgun_token_reused_for_another_body_is_refused(receiver: tuple[str, EventStore]) -> None:
+async def test_a_mailgun_token_reused_for_another_body_is_refused(receiver: tuple[str, EventStore],
+                                                                    caplog: pytest.LogCaptureFixture) -> None:
     url, _ = receiver
     first = mailgun_body("tok-1", "ev-1")
     assert (await post(url, "/webhooks/mailgun", first, {})).status_code == 200
     assert (await post(url, "/webhooks/mailgun", first, {})).status_code == 200, "the provider's own retry"
     other = mailgun_body("tok-1", "ev-2")
     r = await post(url, "/webhooks/mailgun", other, {})
-    assert r.status_code == 401 and "replay" in r.text
+    assert r.status_code == 401 and "replay" in caplog.text
 
 
 async def test_the_receiver_answers_503_while_the_database_is_gone(receiver: tuple[str, EventStore]) -> None:
@@ -157,10 +160,11 @@ async def test_the_receiver_answers_503_while_the_database_is_gone(receiver: tup
     assert r.status_code == 503 and r.headers["retry-after"]
 
 
-async def test_an_sns_certificate_that_cannot_be_fetched_gets_503_so_sns_retries(db_url: str) -> None:
+async def test_an_sns_certificate_that_cannot_be_fetched_gets_503_so_sns_retries(
+        db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     arn = "arn:aws:sns:eu-west-1:123456789012:ses-events"
-    settings = Settings(database_url=db_url, webhooks={"ses": {"topic_arns": arn,
-                                                              "certificate_host_pattern": r"127\.0\.0\.1"}})
+    monkeypatch.setattr(ses, "SNS_CERT_HOST", re.compile(r"127\.0\.0\.1"))
+    settings = Settings(database_url=db_url, webhooks={"ses": {"topic_arns": arn}})
     envelope = {"Type": "Notification", "MessageId": "m-1", "TopicArn": arn, "Message": "{}",
                 "Timestamp": "2026-12-01T12:00:00.000Z", "SignatureVersion": "2", "Signature": "AAAA",
                 "SigningCertURL": "https://127.0.0.1/SimpleNotificationService-nothing-here.pem"}

@@ -6,16 +6,20 @@ server, and a SubscriptionConfirmation answered by GETting its SubscribeURL ther
 SigningCertURL can carry no port: ``ses._CERT_URL`` refuses one, as it should, since SNS serves its
 certificates on 443. The test HTTPS server listens on a free port instead, so the receiver's HTTP client
 (otherwise httpx's own, with TLS verified against the test certificate) sends https requests to a loopback
-host on the default port to that port. A SubscribeURL may carry a port and is fetched as it is.
+host on the default port to that port. A SubscribeURL may carry a port and is fetched as it is. No setting
+lets a certificate come from anywhere but SNS: the tests replace ``ses.SNS_CERT_HOST`` to allow 127.0.0.1.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import re
 import ssl
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from datetime import datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -25,10 +29,12 @@ import httpx
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
+from outbox_mailer.clock import utc_now
 from outbox_mailer.config import Settings
+from outbox_mailer.delivery_events import ses
 from outbox_mailer.http_server import serve_http
 from outbox_mailer.store import EventStore
-from outbox_mailer.webhook_server import Receiver, build_app
+from outbox_mailer.webhook_server import CERTIFICATE_RETRY_SECONDS, Receiver, build_app
 from tests.integration.test_delivery_events import send_one
 from tests.integration.test_webhook_receiver import count, post
 from tests.smtp_server import free_port, make_self_signed_cert
@@ -40,7 +46,7 @@ pytestmark = pytest.mark.anyio
 
 CERT_PATH = "/SimpleNotificationService-loopback.pem"
 CERT_URL = "https://127.0.0.1" + CERT_PATH  # no port (see the module docstring)
-CERT_HOSTS = r"127\.0\.0\.1"  # webhooks.ses.certificate_host_pattern: localhost, which serves the same, is not allowed
+CERT_HOSTS = r"127\.0\.0\.1"  # ses.SNS_CERT_HOST in these tests: localhost, which serves the same, is not allowed
 OTHER_TOPIC = "arn:aws:sns:eu-west-1:999999999999:ses-events"
 SNS_HEADERS = {"content-type": "text/plain; charset=UTF-8"}
 
@@ -119,18 +125,32 @@ def https(tls_certificate: tuple[Path, Path]) -> Iterator[LoopbackHttps]:
     server.close()
 
 
-@pytest.fixture
-async def receiver(db_url: str, https: LoopbackHttps, tls_certificate: tuple[Path, Path]) -> AsyncIterator[str]:
-    settings = Settings(database_url=db_url, webhooks={
-        "sendgrid": {"public_key": sg.PUBLIC},
-        "ses": {"topic_arns": sns.TOPIC, "certificate_host_pattern": CERT_HOSTS}})
+@contextlib.asynccontextmanager
+async def serving(db_url: str, settings: Settings, https: LoopbackHttps, tls_certificate: tuple[Path, Path],
+                  clock: Callable[[], datetime] = utc_now) -> AsyncIterator[str]:
+    """The receiver with ``settings`` on a free loopback port, its client sending https to ``https``."""
     store = await EventStore.open(db_url)
     trust = ssl.create_default_context(cafile=str(tls_certificate[0]))
-    async with httpx.AsyncClient(transport=DefaultHttpsPortTo(https.port, trust)) as http:
-        app = build_app(Receiver(settings.webhooks, store, automatic_suppression=True, http=http))
-        async with serve_http(app, f"127.0.0.1:{free_port()}", setting="test") as (host, port):
-            yield f"http://{host}:{port}"
-    await store.close()
+    try:
+        async with httpx.AsyncClient(transport=DefaultHttpsPortTo(https.port, trust)) as http:
+            app = build_app(Receiver(settings.webhooks, store, automatic_suppression=True, http=http, clock=clock))
+            async with serve_http(app, f"127.0.0.1:{free_port()}", setting="test") as (host, port):
+                yield f"http://{host}:{port}"
+    finally:
+        await store.close()
+
+
+def receiver_settings(db_url: str) -> Settings:
+    return Settings(database_url=db_url, webhooks={"sendgrid": {"public_key": sg.PUBLIC},
+                                                   "ses": {"topic_arns": sns.TOPIC}})
+
+
+@pytest.fixture
+async def receiver(db_url: str, https: LoopbackHttps, tls_certificate: tuple[Path, Path],
+                   monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[str]:
+    monkeypatch.setattr(ses, "SNS_CERT_HOST", re.compile(CERT_HOSTS))
+    async with serving(db_url, receiver_settings(db_url), https, tls_certificate) as url:
+        yield url
 
 
 async def events(store: SqlStore) -> list[dict[str, Any]]:
@@ -189,7 +209,7 @@ async def test_a_signed_sendgrid_bounce_marks_its_row_found_by_dedupe_key_and_su
                                               ("signed by another key", "signature does not match"),
                                               ("timestamp 6 minutes old", "more than 300 s from now")])
 async def test_a_forged_sendgrid_request_gets_401_and_writes_nothing(
-        receiver: str, db_url: str, store: SqlStore, case: str, reason: str) -> None:
+        receiver: str, db_url: str, store: SqlStore, case: str, reason: str, caplog: pytest.LogCaptureFixture) -> None:
     row = await send_one(db_url, store, "sg-order-", "sg-x-message-id")
     genuine = sendgrid_body("sg-order-1")
     body, headers = genuine, sendgrid_headers(genuine)
@@ -201,7 +221,7 @@ async def test_a_forged_sendgrid_request_gets_401_and_writes_nothing(
     else:
         headers = sendgrid_headers(body, at=time.time() - 6 * 60)
     r = await post(receiver, "/webhooks/sendgrid", body, headers)
-    assert r.status_code == 401 and reason in r.text
+    assert r.status_code == 401 and reason in caplog.text
     assert await count(store, "email_delivery_events") == 0 and await count(store, "email_suppressions") == 0
     assert await delivery_event(store, row) is None
     # the forgery was well formed and about our row: signed properly, the same request is recorded
@@ -269,7 +289,7 @@ async def test_ses_bounces_signed_with_either_version_mark_their_rows_by_message
 ])
 async def test_a_forged_sns_notification_gets_401_and_writes_nothing(
         receiver: str, https: LoopbackHttps, db_url: str, store: SqlStore, case: str, reason: str,
-        fetched: list[str]) -> None:
+        fetched: list[str], caplog: pytest.LogCaptureFixture) -> None:
     row = await send_one(db_url, store, "ses-a", "ses-provider-a")
     envelope = ses_bounce("a@example.com", "<ses-a@example.com>", "sns-f")
     if case == "another TopicArn":
@@ -281,7 +301,7 @@ async def test_a_forged_sns_notification_gets_401_and_writes_nothing(
         forged["Message"] = forged["Message"].replace("a@example.com", "victim@example.com")
         assert json.loads(forged["Message"])["bounce"]["bouncedRecipients"][0]["emailAddress"] == "victim@example.com"
     r = await post_sns(receiver, forged)
-    assert r.status_code == 401 and reason in r.text
+    assert r.status_code == 401 and reason in caplog.text
     assert https.requests == fetched
     assert await count(store, "email_delivery_events") == 0 and await count(store, "email_suppressions") == 0
     assert await delivery_event(store, row) is None
@@ -292,7 +312,7 @@ async def test_a_forged_sns_notification_gets_401_and_writes_nothing(
 
 
 async def test_a_subscription_confirmation_is_answered_by_getting_its_subscribe_url(
-        receiver: str, https: LoopbackHttps, store: SqlStore) -> None:
+        receiver: str, https: LoopbackHttps, store: SqlStore, caplog: pytest.LogCaptureFixture) -> None:
     token = "2336412f37fb687f5d51e6e2425c464de12884a3b1f0b1c2"
     subscribe = (f"https://127.0.0.1:{https.port}/?Action=ConfirmSubscription&TopicArn={sns.TOPIC}"
                  f"&Token={token}")
@@ -300,7 +320,7 @@ async def test_a_subscription_confirmation_is_answered_by_getting_its_subscribe_
     # SubscribeURL is signed: one pointing elsewhere after signing is refused, and nothing is fetched from it
     forged = envelope | {"SubscribeURL": subscribe.replace(token, "forged")}
     r = await post_sns(receiver, forged)
-    assert r.status_code == 401 and "Signature does not match" in r.text
+    assert r.status_code == 401 and "Signature does not match" in caplog.text
     assert https.requests == [CERT_PATH]
     r = await post_sns(receiver, envelope)
     assert r.status_code == 200 and r.json() == {"recorded": 0, "duplicates": 0, "unmatched": 0}
@@ -309,3 +329,42 @@ async def test_a_subscription_confirmation_is_answered_by_getting_its_subscribe_
     assert confirmed.path == "/" and parse_qs(confirmed.query) == {
         "Action": ["ConfirmSubscription"], "TopicArn": [sns.TOPIC], "Token": [token]}
     assert await count(store, "email_delivery_events") == 0
+
+
+# ---- what an unauthenticated caller can learn, and make the receiver do -----------------------------------
+
+async def test_a_wrong_topic_is_answered_as_a_wrong_signature_is(receiver: str, https: LoopbackHttps) -> None:
+    envelope = ses_bounce("a@example.com", "<ses-a@example.com>", "sns-probe")
+    other_topic = await post_sns(receiver, signed_sns(envelope | {"TopicArn": OTHER_TOPIC}))
+    forged = signed_sns(envelope)
+    forged["Message"] = forged["Message"].replace("a@example.com", "b@example.com")
+    bad_signature = await post_sns(receiver, forged)
+    assert (other_topic.status_code, other_topic.text) == (bad_signature.status_code, bad_signature.text)
+    assert other_topic.status_code == 401 and OTHER_TOPIC not in other_topic.text and sns.TOPIC not in other_topic.text
+
+
+async def test_no_setting_lets_a_certificate_come_from_a_host_other_than_sns(
+        db_url: str, https: LoopbackHttps, tls_certificate: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch,
+        store: SqlStore) -> None:
+    monkeypatch.setenv("OUTBOX_MAILER_WEBHOOKS__SES__CERTIFICATE_HOST_PATTERN", CERT_HOSTS)
+    monkeypatch.setenv("OUTBOX_MAILER_WEBHOOKS__SES__TOPIC_ARNS", sns.TOPIC)
+    settings = Settings(database_url=db_url)
+    assert settings.webhooks.ses.arns() == {sns.TOPIC}
+    async with serving(db_url, settings, https, tls_certificate) as url:
+        r = await post_sns(url, signed_sns(ses_bounce("a@example.com", "<ses-a@example.com>", "sns-env")))
+    assert r.status_code == 401 and https.requests == []
+    assert await count(store, "email_delivery_events") == 0
+
+
+async def test_a_certificate_that_could_not_be_fetched_is_not_fetched_again_for_a_while(
+        db_url: str, https: LoopbackHttps, tls_certificate: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ses, "SNS_CERT_HOST", re.compile(CERT_HOSTS))
+    now = [utc_now()]
+    missing = "https://127.0.0.1/SimpleNotificationService-missing.pem"  # the loopback server answers 404
+    envelope = signed_sns(ses_bounce("a@example.com", "<ses-a@example.com>", "sns-missing"), cert_url=missing)
+    async with serving(db_url, receiver_settings(db_url), https, tls_certificate, clock=lambda: now[0]) as url:
+        answers = [(await post_sns(url, envelope)).status_code for _ in range(3)]
+        assert answers == [503, 503, 503] and https.requests == ["/SimpleNotificationService-missing.pem"]
+        now[0] += timedelta(seconds=CERTIFICATE_RETRY_SECONDS + 1)
+        assert (await post_sns(url, envelope)).status_code == 503
+        assert len(https.requests) == 2, "fetched again once the failure is old enough"

@@ -5,13 +5,21 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import tracemalloc
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
 from outbox_mailer.delivery_events import mailgun
-from outbox_mailer.delivery_events.model import BounceClass, Kind, Malformed, Unauthenticated
+from outbox_mailer.delivery_events.model import (
+    MAX_UNVERIFIED_BYTES,
+    BounceClass,
+    Kind,
+    Malformed,
+    TooLarge,
+    Unauthenticated,
+)
 
 NOW = datetime(2026, 3, 14, 15, 9, 26, tzinfo=UTC)
 TS = str(int(NOW.timestamp()))
@@ -110,7 +118,7 @@ def test_a_timestamp_5_minutes_from_now_is_accepted(offset: int) -> None:
     mailgun.verify(body(timestamp=str(int(TS) + offset)), KEY, NOW)
 
 
-@pytest.mark.parametrize("timestamp", ["1773500966.5", "-1773500966", "soon", True])
+@pytest.mark.parametrize("timestamp", ["1773500966.5", "-1773500966", "soon", True, pytest.param("9" * 400, id="400 digits"), pytest.param(10 ** 400, id="int of 400 digits")])
 def test_a_timestamp_that_is_not_a_unix_time_is_refused(timestamp: Any) -> None:
     with pytest.raises(Unauthenticated, match="timestamp"):
         mailgun.verify(body(timestamp=timestamp), KEY, NOW)
@@ -223,3 +231,34 @@ def test_a_mapped_event_without_its_required_fields_is_malformed(change: dict[st
     data = {k: v for k, v in (event_data("delivered") | change).items() if v is not None}
     with pytest.raises(Malformed):
         mailgun.parse(body(data))
+
+
+# ---- what parsing before the check may cost -----------------------------------------------------
+
+def peak_bytes_of(check: Any) -> tuple[int, BaseException | None]:
+    """The most memory Python allocated while ``check()`` ran, and what it raised."""
+    tracemalloc.start()
+    try:
+        check()
+        raised = None
+    except Exception as exc:  # noqa: BLE001  (the caller asserts on it)
+        raised = exc
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    return peak, raised
+
+
+def test_a_signed_body_of_many_small_values_is_refused_before_it_is_parsed() -> None:
+    document = json.loads(body())
+    document["padding"] = [[]] * 300_000  # ~900 KB of "[]," costs ~20 MB once parsed
+    hostile = json.dumps(document, separators=(",", ":")).encode()
+    assert len(hostile) < MAX_UNVERIFIED_BYTES
+    peak, raised = peak_bytes_of(lambda: mailgun.verify(hostile, KEY, NOW))
+    assert isinstance(raised, Unauthenticated) and peak < 3 * len(hostile)
+
+
+def test_a_body_over_the_unverified_limit_is_refused_unparsed() -> None:
+    document = json.loads(body())
+    document["padding"] = "x" * MAX_UNVERIFIED_BYTES
+    with pytest.raises(TooLarge):
+        mailgun.verify(json.dumps(document).encode(), KEY, NOW)

@@ -111,12 +111,11 @@ def test_the_signature_covers_the_id_and_the_timestamp() -> None:
         resend.verify({**signed(secret, BODY), "svix-timestamp": str(int(NOW.timestamp()) + 1)}, BODY, secret, NOW)
 
 
-@pytest.mark.parametrize(("offset", "words"), [(-360, "old"), (360, "in the future"), (-301, "old"),
-                                               (301, "in the future")])
-def test_a_timestamp_beyond_five_minutes_is_refused_even_when_signed(offset: int, words: str) -> None:
+@pytest.mark.parametrize("offset", [-360, 360, -301, 301])
+def test_a_timestamp_beyond_five_minutes_is_refused_even_when_signed(offset: int) -> None:
     secret = new_secret()
     headers = signed(secret, BODY, at=NOW + timedelta(seconds=offset))
-    with pytest.raises(Unauthenticated, match=words):
+    with pytest.raises(Unauthenticated, match="from now"):
         resend.verify(headers, BODY, secret, NOW)
 
 

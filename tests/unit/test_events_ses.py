@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+import tracemalloc
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -15,6 +16,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 from cryptography.x509.oid import NameOID
 
 from outbox_mailer.delivery_events import ses
+from outbox_mailer.delivery_events.model import MAX_UNVERIFIED_BYTES, TooLarge
 from outbox_mailer.delivery_events.model import BounceClass, Kind, Malformed, Unauthenticated
 
 pytestmark = pytest.mark.anyio
@@ -232,17 +234,18 @@ async def test_every_sns_region_host_is_accepted(url: str) -> None:
     assert fetch.urls == [url]
 
 
-async def test_allowed_cert_hosts_replaces_the_sns_host_pattern_for_tests_only() -> None:
+async def test_only_the_modules_host_pattern_admits_another_host_and_https_stays_required(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     local = "https://certs.test/sns.pem"
     fetch = FakeFetch()
     envelope = sign(notification(DELIVERY)) | {"SigningCertURL": local}
-    await verify(envelope, fetch, allowed_cert_hosts=re.compile(r"certs\.test"))
-    assert fetch.urls == [local]
     with pytest.raises(Unauthenticated, match="SigningCertURL"):
         await verify(envelope)
+    monkeypatch.setattr(ses, "SNS_CERT_HOST", re.compile(r"certs\.test"))  # what a test serving certificates does
+    await verify(envelope, fetch)
+    assert fetch.urls == [local]
     with pytest.raises(Unauthenticated, match="SigningCertURL"):
-        await verify(envelope | {"SigningCertURL": "http://certs.test/sns.pem"},
-                     allowed_cert_hosts=re.compile(r"certs\.test"))
+        await verify(envelope | {"SigningCertURL": "http://certs.test/sns.pem"})
 
 
 @pytest.mark.parametrize("field", ["Message", "MessageId", "Timestamp", "TopicArn", "Type", "Signature",
@@ -417,3 +420,24 @@ def test_a_notification_without_message_or_message_id_is_malformed() -> None:
     for field in ("Message", "MessageId"):
         with pytest.raises(Malformed):
             ses.parse({k: v for k, v in envelope.items() if k != field})
+
+
+async def test_an_envelope_of_many_small_values_is_refused_before_it_is_parsed() -> None:
+    envelope = sign(notification(DELIVERY)) | {"Padding": [[]] * 300_000}
+    hostile = json.dumps(envelope, separators=(",", ":")).encode()
+    assert len(hostile) < MAX_UNVERIFIED_BYTES
+    fetch = FakeFetch()
+    tracemalloc.start()
+    try:
+        with pytest.raises(Unauthenticated):
+            await ses.verify(hostile, [TOPIC], fetch)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 3 * len(hostile) and fetch.urls == []
+
+
+async def test_an_envelope_over_the_unverified_limit_is_refused_unparsed() -> None:
+    envelope = sign(notification(DELIVERY)) | {"Padding": "x" * MAX_UNVERIFIED_BYTES}
+    with pytest.raises(TooLarge):
+        await ses.verify(json.dumps(envelope).encode(), [TOPIC], FakeFetch())
