@@ -120,7 +120,9 @@ WITH released AS (
 ), locked AS (
     SELECT delivery_id FROM candidates WHERE pg_try_advisory_lock(lock_key)
 ), queued AS (
-    UPDATE email_queue q SET claimed_at = now() WHERE q.delivery_id = ANY (ARRAY(SELECT delivery_id FROM locked))
+    -- a new claim has no carrier yet (record_carrier)
+    UPDATE email_queue q SET claimed_at = now(), carrier = NULL
+    WHERE q.delivery_id = ANY (ARRAY(SELECT delivery_id FROM locked))
 ), claimed AS (
     UPDATE email_deliveries d
     SET status = 'sending', claim_token = $2, claimed_at = now(), claimed_by = $3,
@@ -221,7 +223,7 @@ WHERE a.delivery_id = ANY ($1::bigint[]);
 SELECT date_part('epoch', min(scheduled_at)) AS next_due_at FROM email_queue WHERE claimed_at IS NULL;
 
 -- name: find_dead_claims
--- Claims (found through email_queue) older than $1 seconds, or of the workers $9 whose processes are provably dead (processes.py; under this process's own name $10, only claims made before it started, $11), whose advisory lock nobody holds, except this session's own rows $3 (session locks are re-entrant); locks each for this session. Columns as claim_due returns them (content left out above $4 bytes; the Message-ID that was sent, from the key $5 to $8, where the claiming daemon did not write it), with the claim and the batch the row was sent in (null: sent alone).
+-- Claims (found through email_queue) older than $1 seconds, or of the workers $9 whose processes are provably dead (processes.py; under this process's own name $10, only claims made before it started, $11), whose advisory lock nobody holds, except this session's own rows $3 (session locks are re-entrant); locks each for this session. Columns as claim_due returns them (content left out above $4 bytes; the Message-ID that was sent, from the key $5 to $8, where the claiming daemon did not write it), with the claim, the batch the row was sent in (null: sent alone) and the transport its claim was sent through when not its own (record_carrier; null: its own or its pinned one).
 WITH stale AS (
     SELECT d.id AS delivery_id, outbox_mailer_lock_key(d.dedupe_key) AS lock_key
     FROM email_deliveries d
@@ -241,10 +243,18 @@ WITH stale AS (
 SELECT
     -- include: claimed_row
     , d.claimed_at, d.claimed_by,
-    (SELECT q.batch_id FROM email_queue q WHERE q.delivery_id = d.id) AS batch_id
+    (SELECT q.batch_id FROM email_queue q WHERE q.delivery_id = d.id) AS batch_id,
+    (SELECT q.carrier FROM email_queue q WHERE q.delivery_id = d.id) AS carrier
 FROM email_deliveries d, (SELECT $4::bigint AS max_bytes) lim,
      (SELECT $5::bytea AS inner_pad, $6::bytea AS outer_pad, $7::text AS default_from, $8::text AS fallback) mid
 WHERE d.id = ANY (ARRAY(SELECT delivery_id FROM locked));
+
+-- name: record_carrier
+-- Before a send of row $1 through transport $3, not its own: record it for a rescuer, fenced on the claim ($2). Returns the row id; none when the claim was lost.
+UPDATE email_queue q SET carrier = $3
+FROM email_deliveries d
+WHERE q.delivery_id = $1 AND d.id = $1 AND d.status = 'sending' AND d.claim_token = $2
+RETURNING q.delivery_id;
 
 -- name: open_batch
 -- Before a batch request: record batch transport $1, key $2, members $3 (request order) and point each member's queue row at it, fenced on each member's claim ($4 claim tokens). Returns the batch id and how many members were still ours.

@@ -48,6 +48,7 @@ class DeadClaim:
     claimed_at: datetime
     claimed_by: str
     batch_id: int | None  # the recorded batch the row was sent in; None: sent alone
+    carrier: str | None = None  # the transport the claim went to when not its own (or pinned) one; record_carrier
 
 
 @dataclass(frozen=True, slots=True)
@@ -291,8 +292,8 @@ class ClaimSession:
                                               max_content_bytes, message_ids.inner_pad, message_ids.outer_pad,
                                               message_ids.default_from, message_ids.fallback_domain,
                                               list(dead_workers), worker, started_at)
-        return [DeadClaim(delivery_from_row(r, max_content_bytes), r["claimed_at"], r["claimed_by"], r["batch_id"])
-                for r in rows]
+        return [DeadClaim(delivery_from_row(r, max_content_bytes), r["claimed_at"], r["claimed_by"], r["batch_id"],
+                          r["carrier"]) for r in rows]
 
     async def process_seen(self, me: ProcessIdentity, worker: str,
                            forget_after_seconds: float) -> list[tuple[str, ProcessIdentity]]:
@@ -318,6 +319,14 @@ class ClaimSession:
         async with self._lock:
             with translate_errors():
                 return int(await self._conn.fetchval(sql("dead_claims_left"), list(workers), list(own())))
+
+    async def record_carrier(self, delivery: Delivery, transport: str) -> bool:
+        """Before a send through ``transport``, not the row's own: record it for a rescuer (it is
+        read back with the dead claim). False when the claim was lost meanwhile (then it must not be sent)."""
+        async with self._lock:
+            with translate_errors():
+                row = await self._conn.fetchrow(sql("record_carrier"), delivery.id, delivery.claim_token, transport)
+        return row is not None
 
     # -- batch sends: recorded before the request, so a rescuer can resend the identical batch ------
 
