@@ -120,9 +120,7 @@ WITH released AS (
 ), locked AS (
     SELECT delivery_id FROM candidates WHERE pg_try_advisory_lock(lock_key)
 ), queued AS (
-    -- a new claim has no carrier yet (record_carrier)
-    UPDATE email_queue q SET claimed_at = now(), carrier = NULL
-    WHERE q.delivery_id = ANY (ARRAY(SELECT delivery_id FROM locked))
+    UPDATE email_queue q SET claimed_at = now() WHERE q.delivery_id = ANY (ARRAY(SELECT delivery_id FROM locked))
 ), claimed AS (
     UPDATE email_deliveries d
     SET status = 'sending', claim_token = $2, claimed_at = now(), claimed_by = $3,
@@ -244,14 +242,15 @@ SELECT
     -- include: claimed_row
     , d.claimed_at, d.claimed_by,
     (SELECT q.batch_id FROM email_queue q WHERE q.delivery_id = d.id) AS batch_id,
-    (SELECT q.carrier FROM email_queue q WHERE q.delivery_id = d.id) AS carrier
+    (SELECT q.carrier FROM email_queue q WHERE q.delivery_id = d.id AND q.carrier_claim_token = d.claim_token)
+        AS carrier
 FROM email_deliveries d, (SELECT $4::bigint AS max_bytes) lim,
      (SELECT $5::bytea AS inner_pad, $6::bytea AS outer_pad, $7::text AS default_from, $8::text AS fallback) mid
 WHERE d.id = ANY (ARRAY(SELECT delivery_id FROM locked));
 
 -- name: record_carrier
--- Before a send of row $1 through transport $3, not its own: record it for a rescuer, fenced on the claim ($2). Returns the row id; none when the claim was lost.
-UPDATE email_queue q SET carrier = $3
+-- Before a send of row $1 through transport $3, not its own: record it for a rescuer, with the claim ($2) it belongs to and fenced on it (an earlier claim's carrier is never read for a later one). Returns the row id; none when the claim was lost.
+UPDATE email_queue q SET carrier = $3, carrier_claim_token = $2
 FROM email_deliveries d
 WHERE q.delivery_id = $1 AND d.id = $1 AND d.status = 'sending' AND d.claim_token = $2
 RETURNING q.delivery_id;

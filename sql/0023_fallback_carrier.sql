@@ -10,12 +10,16 @@
 -- the daemon now writes that transport into the row's queue entry, fenced on the claim; if the
 -- write fails, the row is held back, never sent unrecorded. The rescuer reads it
 -- (find_dead_claims) and records the unknown attempt under it, so that a resend goes back there
--- and that transport's idempotency window applies. Each claim starts without one (claim_due).
+-- and that transport's idempotency window applies. The carrier is kept with the claim token it
+-- belongs to and read only for that claim, so the claim and the outcome write (the hot path) never
+-- touch these columns.
 --
--- On email_queue, not email_deliveries (the hot-path rule); no index: it is read only with the
--- row the rescuer already found. A nullable column without a default: no table rewrite.
+-- On email_queue, not email_deliveries (the hot-path rule); no index: they are read only with the
+-- row the rescuer already found. Nullable columns without a default: no table rewrite.
 
-ALTER TABLE email_queue ADD COLUMN carrier text;  -- null: the row's own transport (or its pinned one)
+ALTER TABLE email_queue
+    ADD COLUMN carrier text,              -- null: the row's own transport (or the one it is pinned to)
+    ADD COLUMN carrier_claim_token uuid;  -- the claim (email_deliveries.claim_token) carrier belongs to
 
 COMMENT ON COLUMN email_queue.carrier IS
-    'outbox-mailer (daemon-owned): the fallback transport the current claim is sent through, written before the send; null: the row''s own.';
+    'outbox-mailer (daemon-owned): the transport a claim was sent through when not the row''s own, written before the send; valid for the claim carrier_claim_token only.';

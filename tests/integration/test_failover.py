@@ -246,3 +246,27 @@ async def test_a_row_whose_fallback_cannot_be_recorded_is_held_back_not_sent(
             await anyio.sleep(0.05)
     assert backup.messages == [], "the fallback got a send that a rescuer could not have found"
     assert (await store.status(["unrecorded"]))[0]["status"] in ("pending", "sending")
+
+
+async def test_a_rescuer_reads_the_carrier_of_the_dead_claim_only_never_an_earlier_claims(
+        db_url: str, store: Store) -> None:
+    await insert(store, "earlier")
+    await insert(store, "this")
+    session = await ClaimSession.open(db_url)
+    try:
+        claimed = {d.dedupe_key: d for d in await session.claim_due(10, "w")}
+        assert await session.record_carrier(claimed["earlier"], "backup")
+        await session.record_outcomes([write_for(claimed["earlier"], Status.PENDING)])  # retried: a new claim
+        await store.execute("UPDATE email_queue SET scheduled_at = now() - interval '1 s'")
+        again = await session.claim_due(10, "w")
+        assert [d.dedupe_key for d in again] == ["earlier"]
+        assert await session.record_carrier(claimed["this"], "backup")
+    finally:
+        await session.close()  # the process "dies": both claims left 'sending', their locks free
+    rescuer = await ClaimSession.open(db_url)
+    try:
+        dead = {c.delivery.dedupe_key: c for c in await rescuer.find_dead_claims(0, 10)}
+    finally:
+        await rescuer.close()
+    assert dead["this"].carrier == "backup"
+    assert dead["earlier"].carrier is None, "its second claim went through its own transport"
