@@ -54,7 +54,7 @@ from .delivery import (
     Transport,
 )
 from .errors import CompositionError, DatabaseError
-from .failover import Routes
+from .failover import CarrierLedger, Routes, presumed_carrier, record_carrier
 from .gate import TransportGate
 from .inflight import InFlight
 from .message_ids import MessageIdKey
@@ -70,7 +70,7 @@ log = logging.getLogger("outbox_mailer")
 START_MARGIN_SECONDS = 1.0  # a send must end this long before its claim could be rescued
 
 
-class BatchLedger(Protocol):
+class BatchLedger(CarrierLedger, Protocol):
     """Where a batch is recorded before its request (the claim session, through DaemonSessions)."""
 
     async def open_batch(self, transport: str, key: str, members: Sequence[Delivery],
@@ -181,16 +181,15 @@ class Executor:
                      Outcome.held_back("not started before shutdown"))
 
     def rescued(self, delivery: Delivery, claimed_at: datetime, claimed_by: str, *,
-                batch_transport: str | None = None) -> OutcomeWrite:
-        """The write for a claim whose process died: its outcome is unknown. A row that went out in a
-        batch (through ``batch_transport``) is never safe to resend under its own key (the provider
-        knows it by the batch's key): it goes through the in-doubt policy."""
+                batch_transport: str | None = None, carrier: str | None = None) -> OutcomeWrite:
+        """The write for a claim whose process died: its outcome is unknown, recorded under the transport
+        the claim went to (``carrier``, failover.py), where the pin rule sends any resend. A row that went
+        out in a batch (through ``batch_transport``) is never safe to resend under its own key (the
+        provider knows it by the batch's key): it goes through the in-doubt policy."""
         batched = batch_transport is not None
-        name = batch_transport or delivery.pinned_transport or self.transport_of(delivery)
-        # with a fallback, the dead process may have routed it anywhere along the chain: no window holds
-        unsure_where = delivery.pinned_transport is None and name in self.routes.fallbacks
+        name = batch_transport or carrier or presumed_carrier(self.transport_of(delivery), delivery.pinned_transport)
         transport = self.transports.get(name)
-        window = None if batched or unsure_where else getattr(transport, "idempotency_window_seconds", None)
+        window = None if batched else getattr(transport, "idempotency_window_seconds", None)
         outcome = Outcome.ambiguous(
             f"claimed by {claimed_by} at {claimed_at.isoformat()}; that process stopped before recording "
             "the outcome",
@@ -391,6 +390,8 @@ class Executor:
             message = prepared
         transport = self.transports[name]
         held_back = await self.gates[name].admit(len(message.recipients))
+        if held_back is None and name != presumed_carrier(self.transport_of(delivery), delivery.pinned_transport):
+            held_back = await record_carrier(self._ledger, delivery, name)
         if held_back is not None:
             return held_back, message
         if not self._may_start(delivery, transport):

@@ -20,7 +20,9 @@ transport of a chain is paused its rows are not claimed.
 Never after an ambiguous outcome: the body may have gone out, and the in-doubt policy decides. A
 row with an attempt that ended so stays pinned to the transport of the latest such attempt (the
 claim returns it as ``pinned_transport``), so that a resend reaches the provider that knows its
-idempotency key. Never
+idempotency key. A claim sent anywhere but its pinned or own transport (:func:`presumed_carrier`)
+records that transport first (:func:`record_carrier`; the row is held back when that fails), so
+that a rescuer of a daemon that died during the send records the unknown outcome there. Never
 after a refusal of the message or the recipient (a bad address stays bad). The fallback sends the
 same message: the same Message-ID, the same dedupe key as its idempotency key. Each attempt is
 recorded with the transport that carried it; the row's ``transport`` column keeps what the
@@ -31,15 +33,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
-from .delivery import Cause, Outcome
+from .delivery import Cause, Delivery, Outcome
+from .errors import DatabaseError
 
 if TYPE_CHECKING:
     from .config import Settings
     from .gate import TransportGate
 
-__all__ = ["Routes"]
+__all__ = ["CarrierLedger", "Routes", "presumed_carrier", "record_carrier"]
 
 _NOT_TAKEN = frozenset({Cause.UNREACHABLE, Cause.PAUSED})
 
@@ -105,3 +108,26 @@ class Routes:
         wait = outcome.retry_after_seconds
         return outcome.cause is Cause.TRANSIENT and outcome.reply_code == 429 and wait is not None \
             and wait > self.waits[name]
+
+
+class CarrierLedger(Protocol):
+    """Where a claim's carrier is recorded before its send (the claim session, through DaemonSessions)."""
+
+    async def record_carrier(self, delivery: Delivery, transport: str) -> bool:
+        """Record that this claim goes through ``transport``; False when the claim was lost. Raises DatabaseError."""
+
+
+def presumed_carrier(own: str, pinned: str | None) -> str:
+    """Where a claim went when no carrier was recorded for it: the transport its row is pinned to, else its own."""
+    return pinned or own
+
+
+async def record_carrier(ledger: CarrierLedger | None, delivery: Delivery, name: str) -> Outcome | None:
+    """Before a send through ``name``, not the :func:`presumed_carrier` (a fallback; the route of a row
+    pinned to a transport no longer configured): record it for a rescuer. Returns why the row is held
+    back when that failed (a row is never sent unrecorded), else None."""
+    try:
+        recorded = ledger is not None and await ledger.record_carrier(delivery, name)
+    except DatabaseError as exc:
+        return Outcome.held_back(f"could not record the fallback {name} before the send: {exc}")
+    return None if recorded else Outcome.held_back(f"the claim was lost before the send through {name}")

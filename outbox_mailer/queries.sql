@@ -222,7 +222,7 @@ WHERE a.delivery_id = ANY ($1::bigint[]);
 SELECT date_part('epoch', min(scheduled_at)) AS next_due_at FROM email_queue WHERE claimed_at IS NULL;
 
 -- name: find_dead_claims
--- Claims (found through email_queue) older than $1 seconds, or of the workers $9 whose processes are provably dead (processes.py; under this process's own name $10, only claims made before it started, $11), whose advisory lock nobody holds, except this session's own rows $3 (session locks are re-entrant), and with each such row sent in a recorded batch every other member still 'sending' in that batch, whatever its own claim time (a batch is rescued whole: its request was made after every member's claim, so it ended before the oldest member's claim became due); locks each for this session. Columns as claim_due returns them (content left out above $4 bytes; the Message-ID that was sent, from the key $5 to $8, where the claiming daemon did not write it), with the claim, the batch the row was sent in (null: sent alone) and how many rows are still in that batch (the rescuer takes a batch only when it holds them all).
+-- Claims (found through email_queue) older than $1 seconds, or of the workers $9 whose processes are provably dead (processes.py; under this process's own name $10, only claims made before it started, $11), whose advisory lock nobody holds, except this session's own rows $3 (session locks are re-entrant), and with each such row sent in a recorded batch every other member still 'sending' in that batch, whatever its own claim time (a batch is rescued whole: its request was made after every member's claim, so it ended before the oldest member's claim became due); locks each for this session. Columns as claim_due returns them (content left out above $4 bytes; the Message-ID that was sent, from the key $5 to $8, where the claiming daemon did not write it), with the claim, the batch the row was sent in (null: sent alone) and how many rows are still in that batch (the rescuer takes a batch only when it holds them all), and the transport its claim was sent through when not its own (record_carrier; null: its own or its pinned one).
 WITH stale AS (
     SELECT d.id AS delivery_id, outbox_mailer_lock_key(d.dedupe_key) AS lock_key
     FROM email_deliveries d
@@ -257,12 +257,21 @@ WITH stale AS (
 SELECT
     -- include: claimed_row
     , d.claimed_at, d.claimed_by, b.batch_id,
-    (SELECT count(*) FROM email_queue m WHERE m.batch_id = b.batch_id) AS batch_rows
+    (SELECT count(*) FROM email_queue m WHERE m.batch_id = b.batch_id) AS batch_rows,
+    (SELECT q.carrier FROM email_queue q WHERE q.delivery_id = d.id AND q.carrier_claim_token = d.claim_token)
+        AS carrier
 FROM email_deliveries d
 CROSS JOIN LATERAL (SELECT (SELECT q.batch_id FROM email_queue q WHERE q.delivery_id = d.id) AS batch_id) b,
      (SELECT $4::bigint AS max_bytes) lim,
      (SELECT $5::bytea AS inner_pad, $6::bytea AS outer_pad, $7::text AS default_from, $8::text AS fallback) mid
 WHERE d.id = ANY (ARRAY(SELECT delivery_id FROM locked));
+
+-- name: record_carrier
+-- Before a send of row $1 through transport $3, not its own: record it for a rescuer, with the claim ($2) it belongs to and fenced on it (an earlier claim's carrier is never read for a later one). Returns the row id; none when the claim was lost.
+UPDATE email_queue q SET carrier = $3, carrier_claim_token = $2
+FROM email_deliveries d
+WHERE q.delivery_id = $1 AND d.id = $1 AND d.status = 'sending' AND d.claim_token = $2
+RETURNING q.delivery_id;
 
 -- name: open_batch
 -- Before a batch request: record batch transport $1, key $2, members $3 (request order), each member's screened recipients $5 (JSON [[to, cc, bcc], ...], request order) and the request's digest $6, and point each member's queue row at it, fenced on each member's claim ($4 claim tokens). Returns the batch id and how many members were still ours.

@@ -171,7 +171,7 @@ class Rescuer:
             else:
                 writes += replayed
         writes += [self._executor.rescued(c.delivery, c.claimed_at, c.claimed_by,
-                                          batch_transport=self._batch_transport(c, recorded))
+                                          batch_transport=self._batch_transport(c, recorded), carrier=c.carrier)
                    for c in dead
                    if c.delivery.id not in resent]
         if writes:

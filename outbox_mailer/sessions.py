@@ -169,6 +169,15 @@ class DaemonSessions:
             await self.failed(exc)
             raise
 
+    async def record_carrier(self, delivery: Delivery, transport: str) -> bool:
+        """Record the fallback a claim is sent through, before the send (see ClaimSession.record_carrier);
+        a database error is raised."""
+        try:
+            return await (await self.claim_session()).record_carrier(delivery, transport)
+        except DatabaseError as exc:
+            await self.failed(exc)
+            raise
+
     async def give_up(self, members: Sequence[Delivery],
                       attempts: Sequence[tuple[Delivery, AttemptRecord]] = ()) -> None:
         """Claims given up to a rescuer (rows left 'sending', no outcome written): write the attempts

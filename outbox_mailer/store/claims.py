@@ -51,6 +51,7 @@ class DeadClaim:
     claimed_by: str
     batch_id: int | None  # the recorded batch the row was sent in; None: sent alone
     batch_rows: int = 0  # rows still 'sending' in that batch, found here or not (whole: as many as found)
+    carrier: str | None = None  # the transport the claim went to when not its own (or pinned) one; record_carrier
 
 
 # A batch member's To, Cc and Bcc as its request carried them (suppressed recipients left out).
@@ -326,7 +327,7 @@ class ClaimSession:
                                               message_ids.default_from, message_ids.fallback_domain,
                                               list(dead_workers), worker, started_at)
                 deliveries = await screened(self._conn, rows, max_content_bytes)
-        return [DeadClaim(d, r["claimed_at"], r["claimed_by"], r["batch_id"], r["batch_rows"])
+        return [DeadClaim(d, r["claimed_at"], r["claimed_by"], r["batch_id"], r["batch_rows"], r["carrier"])
                 for d, r in zip(deliveries, rows, strict=True)]
 
     async def process_seen(self, me: ProcessIdentity, worker: str,
@@ -353,6 +354,14 @@ class ClaimSession:
         async with self._lock:
             with translate_errors():
                 return int(await self._conn.fetchval(sql("dead_claims_left"), list(workers), list(own())))
+
+    async def record_carrier(self, delivery: Delivery, transport: str) -> bool:
+        """Before a send through ``transport``, not the row's own: record it for a rescuer (it is
+        read back with the dead claim). False when the claim was lost meanwhile (then it must not be sent)."""
+        async with self._lock:
+            with translate_errors():
+                row = await self._conn.fetchrow(sql("record_carrier"), delivery.id, delivery.claim_token, transport)
+        return row is not None
 
     # -- batch sends: recorded before the request, so a rescuer can resend the identical batch ------
 

@@ -36,13 +36,14 @@ def backup() -> Iterator[SmtpTestServer]:
 @pytest.fixture
 async def failover(db_url: str, store: Store, smtp_server: SmtpTestServer,  # noqa: F811
                    backup: SmtpTestServer) -> AsyncIterator[Callable[..., Any]]:
-    """failover(**settings): a daemon whose smtp transport (the test's smtp_server) falls back to
-    "backup", a second SMTP server."""
+    """failover(backup_options, **settings): a daemon whose smtp transport (the test's smtp_server)
+    falls back to "backup", a second SMTP server (``backup_options``: more of its settings)."""
     started: list[tuple[Daemon, Any, list[SmtpTransport]]] = []
 
-    async def start(**overrides: Any) -> Running:
+    async def start(backup_options: dict[str, Any] | None = None, **overrides: Any) -> Running:
         backup_settings = {"kind": "smtp", "host": backup.host, "port": backup.port, "tls": "none",
-                           "connect_timeout_seconds": 2, "command_timeout_seconds": 2, "data_timeout_seconds": 2}
+                           "connect_timeout_seconds": 2, "command_timeout_seconds": 2, "data_timeout_seconds": 2,
+                           **(backup_options or {})}
         settings = settings_for(db_url, smtp_server, transports={"backup": backup_settings},
                                 pause_base_seconds=0.3, pause_max_seconds=0.3, **overrides)
         settings.smtp.fallback = "backup"  # type: ignore[misc]
@@ -194,3 +195,78 @@ async def test_a_resend_after_an_unknown_outcome_waits_for_its_transport_instead
     smtp_server.start()
     rows = await r.final("unsure")
     assert rows["unsure"]["status"] == "sent" and len(smtp_server.accepted) == 1
+
+
+async def test_a_send_cut_off_on_the_fallback_is_rescued_to_the_fallback_never_to_the_primary(
+        failover: Any, store: Store, smtp_server: SmtpTestServer, backup: SmtpTestServer) -> None:
+    # the first daemon routes the row to the fallback (the primary refuses connections) and is stopped
+    # while the fallback holds its answer to DATA: the fallback has the message, the outcome is unknown
+    fast = {"connect_timeout_seconds": 1, "command_timeout_seconds": 1, "data_timeout_seconds": 2,
+            "send_timeout_seconds": 3}
+    primary = {"host": smtp_server.host, "port": smtp_server.port, "tls": "none", **fast}
+    settings = {"smtp": primary, "backup_options": fast, "in_doubt": "resend", "shutdown_grace_seconds": 0.1,
+                "rescue_after_seconds": 4.5, "rescue_interval_seconds": 0.3}
+    smtp_server.stop()
+    backup.delay("DATA", 5.0, times=1)
+    await insert(store, "cut-off")
+    first = await failover(**settings)
+    with anyio.fail_after(10):
+        while not backup.messages:
+            await anyio.sleep(0.02)
+    first.daemon.stop()
+    await first.wait_for(lambda rows: rows["cut-off"]["status"] == "sending", ["cut-off"])
+    smtp_server.start()  # the primary is back before the claim is rescued
+    backup.clear_faults()
+    rescuer = await failover(**settings)
+    rows = await rescuer.final("cut-off", timeout=30)
+
+    assert rows["cut-off"]["status"] == "sent"
+    assert smtp_server.accepted == [], "the primary never had the message: the resend must not go there"
+    assert len(backup.messages) == 2, "the resend (the same message) went where the first send went"
+    history = await attempts(store, rows["cut-off"]["id"])
+    assert history[-2:] == [("backup", "ambiguous"), ("backup", "sent")], history
+    assert ("smtp", "ambiguous") not in history, history
+
+
+async def test_a_row_whose_fallback_cannot_be_recorded_is_held_back_not_sent(
+        failover: Any, store: Store, smtp_server: SmtpTestServer, backup: SmtpTestServer) -> None:
+    # PostgreSQL refuses the write that records the fallback before the send
+    await store.execute("""
+        CREATE FUNCTION refuse_carrier() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN RAISE EXCEPTION 'carrier refused by the test'; END $$;
+        CREATE TRIGGER refuse_carrier BEFORE UPDATE OF carrier ON email_queue
+            FOR EACH ROW WHEN (NEW.carrier IS NOT NULL) EXECUTE FUNCTION refuse_carrier()""")
+    smtp_server.stop()
+    await insert(store, "unrecorded")
+    r = await failover()
+    row = (await r.wait_for(lambda rows: True, ["unrecorded"]))["unrecorded"]
+    with anyio.fail_after(10):
+        while not backup.messages and not any("could not record the fallback backup" in (a["error"] or "")
+                                              for a in await store.attempts(row["id"])):
+            await anyio.sleep(0.05)
+    assert backup.messages == [], "the fallback got a send that a rescuer could not have found"
+    assert (await store.status(["unrecorded"]))[0]["status"] in ("pending", "sending")
+
+
+async def test_a_rescuer_reads_the_carrier_of_the_dead_claim_only_never_an_earlier_claims(
+        db_url: str, store: Store) -> None:
+    await insert(store, "earlier")
+    await insert(store, "this")
+    session = await ClaimSession.open(db_url)
+    try:
+        claimed = {d.dedupe_key: d for d in await session.claim_due(10, "w")}
+        assert await session.record_carrier(claimed["earlier"], "backup")
+        await session.record_outcomes([write_for(claimed["earlier"], Status.PENDING)])  # retried: a new claim
+        await store.execute("UPDATE email_queue SET scheduled_at = now() - interval '1 s'")
+        again = await session.claim_due(10, "w")
+        assert [d.dedupe_key for d in again] == ["earlier"]
+        assert await session.record_carrier(claimed["this"], "backup")
+    finally:
+        await session.close()  # the process "dies": both claims left 'sending', their locks free
+    rescuer = await ClaimSession.open(db_url)
+    try:
+        dead = {c.delivery.dedupe_key: c for c in await rescuer.find_dead_claims(0, 10)}
+    finally:
+        await rescuer.close()
+    assert dead["this"].carrier == "backup"
+    assert dead["earlier"].carrier is None, "its second claim went through its own transport"
