@@ -12,8 +12,33 @@ ON CONFLICT (name) DO NOTHING
 RETURNING name;
 
 -- name: console_user_remove
--- Remove user $1; returns the name when there was one.
+-- Remove user $1 and end its sessions; returns the name when there was one.
+WITH ended AS (DELETE FROM email_console_sessions WHERE user_name = $1)
 DELETE FROM email_console_users WHERE name = $1 RETURNING name;
+
+-- name: console_session_start
+-- A signed-in session: the SHA-256 $1 of its token, user $2 with role $3.
+INSERT INTO email_console_sessions (token_hash, user_name, role) VALUES ($1, $2, $3);
+
+-- name: console_session
+-- The session whose token hashes to $1, when it started less than $2 seconds ago, was seen less than $3 seconds ago, and its user still exists with the same role.
+SELECT s.user_name, s.role FROM email_console_sessions s
+JOIN email_console_users u ON u.name = s.user_name AND u.role = s.role
+WHERE s.token_hash = $1 AND s.started_at > now() - make_interval(secs => $2)
+  AND s.seen_at > now() - make_interval(secs => $3);
+
+-- name: console_session_seen
+-- The session $1 had a request now (the live refresh is not one).
+UPDATE email_console_sessions SET seen_at = now() WHERE token_hash = $1;
+
+-- name: console_session_end
+-- End the session $1 (signed out, expired, or its user changed).
+DELETE FROM email_console_sessions WHERE token_hash = $1;
+
+-- name: console_sessions_expire
+-- Forget sessions started more than $1 seconds ago or not seen for $2 seconds.
+DELETE FROM email_console_sessions
+WHERE started_at <= now() - make_interval(secs => $1) OR seen_at <= now() - make_interval(secs => $2);
 
 -- name: console_users
 -- Every console user, by name (never the hash).

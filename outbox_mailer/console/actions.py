@@ -5,6 +5,8 @@ is a row of email_operator_actions written in its transaction, and a line of the
 from __future__ import annotations
 
 import logging
+import secrets
+import time
 from datetime import timedelta
 
 import anyio
@@ -17,6 +19,7 @@ from ..store.console import SelectionChanged
 from ..suppression import REASONS, normal_address
 from .app import (
     COOKIE,
+    FORM_COOKIE,
     Console,
     Refused,
     checked_form,
@@ -25,8 +28,9 @@ from .app import (
     path_segments,
     with_query,
 )
-from .auth import REFUSE_AFTER, SLOW_AFTER, SLOW_SECONDS, Session, verify_password
+from .auth import Session
 from .filters import Malformed, parse_count, parse_filter
+from .throttle import SLOW_SECONDS, GateFull
 
 log = logging.getLogger("outbox_mailer")
 EXPIRY_DAYS_MAX = 3650
@@ -35,63 +39,76 @@ EXPIRY_DAYS_MAX = 3650
 # ---- signing in and out
 
 
+def _login_form(request: Request, console: Console, status: int = 200, error: str | None = None) -> Response:
+    """The sign-in page, its token signed and bound to the nonce of its cookie (set when missing)."""
+    origin = console.origin(request)
+    nonce = request.cookies.get(console.cookie_name(FORM_COOKIE, origin))
+    fresh = not nonce or len(nonce) > 64
+    if fresh:
+        nonce = secrets.token_urlsafe(24)
+    response = console.page(request, "login.html", None, status, csrf=console.signer.form_token(nonce, time.time()),
+                            error=error)
+    if fresh:
+        console.set_cookie(response, origin, FORM_COOKIE, nonce)  # type: ignore[arg-type]
+    return response
+
+
 async def login_page(request: Request) -> Response:
     console: Console = request.app.state.console
-    session, new = await console.session_of(request)
-    if session is not None and session.user is not None:
+    if await console.session_of(request) is not None:
         return RedirectResponse("/", status_code=303)
-    if session is None:
-        session, new = console.sessions.start(None, None), True
-    response = console.page(request, "login.html", session, error=None)
-    if new:
-        console.set_cookie(response, session)
-    return response
+    return _login_form(request, console)
 
 
 async def login(request: Request) -> Response:
     console: Console = request.app.state.console
-    session = console.sessions.get(request.cookies.get(COOKIE))
     try:
-        form = await checked_form(request, session, operator=False)
+        form = await checked_form(request, None, operator=False, sign_in=True)
     except Refused as exc:
         return console.page(request, "error.html", None, exc.status, message=exc.message)
-    assert session is not None  # checked_form refuses a request without one
     user, password = form.get("username"), form.get("password")
     if not isinstance(user, str) or not isinstance(password, str) or not user or len(user) > 64:
-        return console.page(request, "login.html", session, 400, error="Enter a user name and a password.")
-    address = request.client.host if request.client else "-"
-    failures = console.throttle.failures(user, address)
-    if failures >= REFUSE_AFTER:
-        log.warning("console: sign-in refused for %r from %s: too many failures", user, address)
-        return console.page(request, "login.html", session, 429,
-                            error="Too many failed sign-ins. Try again in 15 minutes.")
-    if failures >= SLOW_AFTER:
-        slow = SLOW_SECONDS if console.slow_seconds is None else console.slow_seconds
-        await anyio.sleep(slow * min(failures - SLOW_AFTER + 1, 5))
+        return _login_form(request, console, 400, "Enter a user name and a password.")
+    origin = console.origin(request)
+    attempt = console.throttle.begin(user, origin.address)
+    if attempt is None:
+        log.warning("console: sign-in refused for %r from %s: too many failures", user, origin.address)
+        return _login_form(request, console, 429, "Too many failed sign-ins from your address. Try again in 15 minutes.")
+    if attempt.slow_steps:
+        await anyio.sleep((SLOW_SECONDS if console.slow_seconds is None else console.slow_seconds) * attempt.slow_steps)
     known = await console.store.user(user)
-    if not await verify_password(known["password_hash"] if known else None, password):
-        console.throttle.failed(user, address)
-        log.warning("console: failed sign-in for %r from %s", user, address)
-        return console.page(request, "login.html", session, 401, error="Wrong user name or password.")
-    console.throttle.succeeded(user)
-    console.sessions.end(session.token)
-    signed = console.sessions.start(known["name"], known["role"])  # type: ignore[index]
-    log.info("console: %s signed in (%s) from %s", signed.user, signed.role, address)
+    try:
+        right = await console.gate.verify(origin.address, known["password_hash"] if known else None, password)
+    except GateFull:
+        console.throttle.forgive(attempt)
+        log.warning("console: sign-in of %r from %s not checked: too many sign-ins at once", user, origin.address)
+        return _login_form(request, console, 429, "Too many sign-ins at once. Try again in a few seconds.")
+    if not right or known is None:
+        log.warning("console: failed sign-in for %r from %s", user, origin.address)
+        return _login_form(request, console, 401, "Wrong user name or password.")
+    console.throttle.succeeded(attempt)
+    old = await console.session_of(request)
+    if old is not None and old.token_hash is not None:
+        await console.store.end_session(old.token_hash)
+    signed, token = await console.start_session(known["name"], known["role"])
+    log.info("console: %s signed in (%s) from %s", signed.user, signed.role, origin.address)
     response = RedirectResponse("/", status_code=303)
-    console.set_cookie(response, signed)
+    console.set_cookie(response, origin, COOKIE, token)
+    console.delete_cookie(response, origin, FORM_COOKIE)
     return response
 
 
 async def logout(request: Request) -> Response:
     console: Console = request.app.state.console
-    session = console.sessions.get(request.cookies.get(COOKIE))
+    session = await console.session_of(request)
     try:
         await checked_form(request, session, operator=False)
     except Refused as exc:
         return console.page(request, "error.html", None, exc.status, message=exc.message)
-    console.sessions.end(request.cookies.get(COOKIE))
+    if session is not None and session.token_hash is not None:
+        await console.store.end_session(session.token_hash)
     response = RedirectResponse("/login", status_code=303)
-    response.delete_cookie(COOKIE, path="/", httponly=True, samesite="strict", secure=console.secure_cookie)
+    console.delete_cookie(response, console.origin(request), COOKIE)
     return response
 
 

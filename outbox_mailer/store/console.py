@@ -130,6 +130,32 @@ class ConsoleStore(EventStore):
         async with self._conn() as conn:
             return [dict(r) for r in await conn.fetch(sql("console_users"))]
 
+    # ---- sessions (email_console_sessions: hashes of their tokens)
+
+    async def start_session(self, token_hash: bytes, user: str, role: str, *, session_seconds: float,
+                            idle_seconds: float) -> None:
+        """A new session; the expired ones are forgotten on the way."""
+        async with self._conn() as conn, conn.transaction():
+            await conn.execute(sql("console_sessions_expire"), session_seconds, idle_seconds)
+            await conn.execute(sql("console_session_start"), token_hash, user, role)
+
+    async def session(self, token_hash: bytes, *, session_seconds: float, idle_seconds: float,
+                      seen: bool) -> tuple[str, str] | None:
+        """The session's (user, role) while it lasts and its user has that role (ended otherwise);
+        ``seen``: the request counts as activity."""
+        async with self._conn() as conn:
+            row = await conn.fetchrow(sql("console_session"), token_hash, session_seconds, idle_seconds)
+            if row is None:
+                await conn.execute(sql("console_session_end"), token_hash)
+                return None
+            if seen:
+                await conn.execute(sql("console_session_seen"), token_hash)
+        return row["user_name"], row["role"]
+
+    async def end_session(self, token_hash: bytes) -> None:
+        async with self._conn() as conn:
+            await conn.execute(sql("console_session_end"), token_hash)
+
     # ---- the email list
 
     async def emails(self, f: EmailFilter, default_transport: str, *, after: tuple[datetime, int] | None,

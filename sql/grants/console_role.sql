@@ -19,4 +19,7 @@ GRANT UPDATE (reason, source, expires_at, created_at, delivery_id) ON email_supp
 -- Sign-in reads the users (managed with `outbox-mailer console-user`, as the daemon's role);
 -- every action is recorded.
 GRANT SELECT ON email_console_users TO :"console_role";
+-- Sessions (schema 22): started at sign-in, seen, ended.
+GRANT SELECT, INSERT, DELETE ON email_console_sessions TO :"console_role";
+GRANT UPDATE (seen_at) ON email_console_sessions TO :"console_role";
 GRANT SELECT, INSERT ON email_operator_actions TO :"console_role";
