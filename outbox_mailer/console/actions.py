@@ -15,7 +15,7 @@ from starlette.responses import RedirectResponse, Response
 
 from ..clock import utc_now
 from ..errors import InvalidTransition, NotFound
-from ..store.console import SelectionChanged
+from ..store.console import MAX_BULK, SelectionChanged
 from ..suppression import REASONS, normal_address
 from .app import (
     COOKIE,
@@ -152,6 +152,8 @@ async def bulk(request: Request, console: Console, session: Session) -> Response
     fields = {k: v for k, v in form.items() if isinstance(v, str)}
     f = parse_filter(fields)
     expected = parse_count(fields.get("expected_count"))
+    if expected > MAX_BULK:
+        raise Refused(400, f"A bulk action changes at most {MAX_BULK} emails; narrow the filter.")
     try:
         keys = await console.store.bulk(f, console.settings.default_transport, action, expected=expected,
                                         actor=session.user or "-", default_attempts=console.settings.max_attempts)

@@ -211,10 +211,11 @@ class ConsoleStore(EventStore):
     async def bulk(self, f: EmailFilter, default_transport: str, action: BulkAction, *, expected: int,
                    actor: str, default_attempts: int) -> list[str]:
         """Retry or cancel every row of the selection, in one transaction, when it still holds
-        ``expected`` rows (:class:`SelectionChanged` otherwise, and nothing is done); each row's
+        ``expected`` rows, at most MAX_BULK (:class:`SelectionChanged` otherwise, and nothing is done); each row's
         action is a row of email_operator_actions. Returns the keys changed."""
         p = _Params()
-        select = f"SELECT d.id {self._selection(f, default_transport, action, p)} ORDER BY d.id FOR UPDATE"
+        select = (f"SELECT d.id {self._selection(f, default_transport, action, p)} ORDER BY d.id "
+                  f"LIMIT {MAX_BULK + 1} FOR UPDATE")  # more than MAX_BULK is never the count confirmed
         detail = json.dumps({"bulk": True, "count": expected, "filter": _described(f)})
         async with self._conn() as conn, conn.transaction():
             ids = [r["id"] for r in await conn.fetch(select, *p)]
