@@ -8,6 +8,7 @@ import logging
 import secrets
 import time
 from datetime import timedelta
+from typing import Any
 
 import anyio
 from starlette.requests import Request
@@ -15,7 +16,7 @@ from starlette.responses import RedirectResponse, Response
 
 from ..clock import utc_now
 from ..errors import InvalidTransition, NotFound
-from ..store.console import MAX_BULK, SelectionChanged
+from ..store.console import MAX_BULK, Actor, SelectionChanged
 from ..suppression import REASONS, normal_address
 from .app import (
     COOKIE,
@@ -76,14 +77,15 @@ async def login(request: Request) -> Response:
         return _login_form(request, console, 429, "Too many failed sign-ins from your address. Try again in 15 minutes.")
     if attempt.slow_steps:
         await anyio.sleep((SLOW_SECONDS if console.slow_seconds is None else console.slow_seconds) * attempt.slow_steps)
-    known = await console.store.user(user)
+    stored = await console.store.password_hash(user)
     try:
-        right = await console.gate.verify(origin.address, known["password_hash"] if known else None, password)
+        right = await console.gate.verify(origin.address, stored, password)
     except GateFull:
         console.throttle.forgive(attempt)
         log.warning("console: sign-in of %r from %s not checked: too many sign-ins at once", user, origin.address)
         return _login_form(request, console, 429, "Too many sign-ins at once. Try again in a few seconds.")
-    if not right or known is None:
+    known = await console.store.user(user) if right else None
+    if known is None:
         log.warning("console: failed sign-in for %r from %s", user, origin.address)
         return _login_form(request, console, 401, "Wrong user name or password.")
     console.throttle.succeeded(attempt)
@@ -115,33 +117,37 @@ async def logout(request: Request) -> Response:
 # ---- one email
 
 
+def actor_of(session: Session) -> Actor:
+    return Actor(session.token_hash, session.user, session.role)
+
+
+
 async def email_action(request: Request, console: Console, session: Session) -> Response:
     form = await checked_form(request, session)
     segments = path_segments(request, "/emails/")
     if len(segments) != 2 or segments[1] not in ("retry", "cancel", "resolve"):
         raise Refused(404, "no such action")
     key, action = email_key(request, segments), segments[1]
-    store, actor = console.store, session.user
+    store, default_attempts = console.store, console.settings.max_attempts
+    outcome: str | None = None
+    detail: dict[str, Any] = {}
+    if action == "resolve":
+        given = form.get("as")
+        if given not in ("sent", "failed"):
+            raise Malformed("as: sent or failed")
+        outcome = str(given)
+        detail = {"as": outcome}
+    elif action == "retry":
+        rows = await store.status([key])
+        detail = {"attempts": rows[0]["max_attempts"] or default_attempts} if rows else {}  # as `retry KEY` gives
     try:
-        if action == "retry":
-            rows = await store.status([key])
-            if not rows:
-                raise NotFound(key)
-            tries = rows[0]["max_attempts"] or console.settings.max_attempts  # as `retry KEY` does
-            await store.retry(key, tries, actor=actor)
-        elif action == "cancel":
-            await store.cancel(key, actor=actor)
-        else:
-            outcome = form.get("as")
-            if outcome not in ("sent", "failed"):
-                raise Malformed("as: sent or failed")
-            await store.resolve(key, str(outcome), actor=actor)
+        await store.act_on(actor_of(session), action, key, outcome=outcome, default_attempts=default_attempts, detail=detail)
     except NotFound:
         raise Refused(404, f"No email has the dedupe key {key!r}.") from None
     except InvalidTransition as exc:
         raise Refused(409, f"Nothing was done: {exc}") from None
     console.census.expire()
-    log.info("console: %s did %s on %r", actor, action, key)
+    log.info("console: %s did %s on %r", session.user, action, key)
     back = "/in-doubt" if form.get("back") == "in-doubt" else with_query(key_url(key), f"done={action}")
     return RedirectResponse(back, status_code=303)
 
@@ -156,7 +162,7 @@ async def bulk(request: Request, console: Console, session: Session) -> Response
         raise Refused(400, f"A bulk action changes at most {MAX_BULK} emails; narrow the filter.")
     try:
         keys = await console.store.bulk(f, console.settings.default_transport, action, expected=expected,
-                                        actor=session.user or "-", default_attempts=console.settings.max_attempts)
+                                        actor=actor_of(session), default_attempts=console.settings.max_attempts)
     except SelectionChanged as exc:
         raise Refused(409, f"{exc}. Look at the list again and confirm the new count.") from None
     console.census.expire()
@@ -181,7 +187,7 @@ async def suppress(request: Request, console: Console, session: Session) -> Resp
         if not days.isdigit() or not 1 <= int(days) <= EXPIRY_DAYS_MAX:
             raise Malformed(f"expires_days: a whole number of days from 1 to {EXPIRY_DAYS_MAX}, or empty for never")
         expires = utc_now() + timedelta(days=int(days))
-    await console.store.suppress(address, str(reason), "operator", expires, actor=session.user)
+    await console.store.console_suppress(actor_of(session), address, str(reason), expires)
     log.info("console: %s suppressed %s (%s)", session.user, address, reason)
     return RedirectResponse("/suppressions", status_code=303)
 
@@ -191,7 +197,7 @@ async def unsuppress(request: Request, console: Console, session: Session) -> Re
     segments = path_segments(request, "/suppressions/")
     if len(segments) != 2 or segments[1] != "delete":
         raise Refused(404, "no such action")
-    if not await console.store.unsuppress(segments[0], actor=session.user):
+    if not await console.store.console_unsuppress(actor_of(session), segments[0]):
         raise Refused(404, f"{segments[0]} is not suppressed.")
     log.info("console: %s unsuppressed %s", session.user, segments[0])
     return RedirectResponse("/suppressions", status_code=303)
