@@ -2,8 +2,12 @@
 -- is put together there from fixed pieces, every value a parameter. Loaded with queries.sql.
 
 -- name: console_user
--- One console user by name: role and password hash.
-SELECT name, role, password_hash FROM email_console_users WHERE name = $1;
+-- One console user by name, and its role.
+SELECT name, role FROM email_console_users WHERE name = $1;
+
+-- name: console_password_hash
+-- The password hash of console user $1 (null: no such user), through the function that is the console role's only way to it.
+SELECT email_console_password_hash($1);
 
 -- name: console_user_add
 -- Add user $1 with role $2 and Argon2id hash $3; nothing when the name is taken.
@@ -12,21 +16,37 @@ ON CONFLICT (name) DO NOTHING
 RETURNING name;
 
 -- name: console_user_remove
--- Remove user $1; returns the name when there was one.
+-- Remove user $1 and end its sessions; returns the name when there was one.
+WITH ended AS (DELETE FROM email_console_sessions WHERE user_name = $1)
 DELETE FROM email_console_users WHERE name = $1 RETURNING name;
+
+-- name: console_session_start
+-- A signed-in session: the SHA-256 $1 of its token, user $2 with role $3.
+INSERT INTO email_console_sessions (token_hash, user_name, role) VALUES ($1, $2, $3);
+
+-- name: console_session
+-- The session whose token hashes to $1, when it started less than $2 seconds ago, was seen less than $3 seconds ago, and its user still exists with the same role.
+SELECT s.user_name, s.role FROM email_console_sessions s
+JOIN email_console_users u ON u.name = s.user_name AND u.role = s.role
+WHERE s.token_hash = $1 AND s.started_at > now() - make_interval(secs => $2)
+  AND s.seen_at > now() - make_interval(secs => $3);
+
+-- name: console_session_seen
+-- The session $1 had a request now (the live refresh is not one).
+UPDATE email_console_sessions SET seen_at = now() WHERE token_hash = $1;
+
+-- name: console_session_end
+-- End the session $1 (signed out, expired, or its user changed).
+DELETE FROM email_console_sessions WHERE token_hash = $1;
+
+-- name: console_sessions_expire
+-- Forget sessions started more than $1 seconds ago or not seen for $2 seconds.
+DELETE FROM email_console_sessions
+WHERE started_at <= now() - make_interval(secs => $1) OR seen_at <= now() - make_interval(secs => $2);
 
 -- name: console_users
 -- Every console user, by name (never the hash).
 SELECT name, role, created_at FROM email_console_users ORDER BY name;
-
--- name: record_action
--- What an operator did: actor $1, action $2, dedupe key $3 or address $4, detail $5 (a JSON object).
-INSERT INTO email_operator_actions (actor, action, dedupe_key, address, detail) VALUES ($1, $2, $3, $4, $5::jsonb);
-
--- name: record_actions
--- A bulk action, one row per dedupe key in $3: actor $1, action $2, detail $4.
-INSERT INTO email_operator_actions (actor, action, dedupe_key, detail)
-SELECT $1, $2, k, $4::jsonb FROM unnest($3::text[]) AS k;
 
 -- name: actions_of
 -- What operators did to the email with dedupe key $1, newest first.
@@ -37,20 +57,21 @@ WHERE dedupe_key = $1 ORDER BY at DESC, id DESC LIMIT 100;
 -- Every column of one email (the console's page of it).
 SELECT * FROM email_deliveries WHERE dedupe_key = $1;
 
--- name: retry_rows
--- A bulk retry of the rows $1 as `retry` does each: back to pending now with as many new tries as the row's own max_attempts ($2 when null); only rows still failed, cancelled or in_doubt whose content retention has not removed. Returns their keys.
-UPDATE email_deliveries d
-SET status = 'pending', scheduled_at = now(), max_attempts = d.attempts + coalesce(d.max_attempts, $2::integer),
-    last_error = NULL, updated_at = now()
-WHERE d.id = ANY ($1::bigint[]) AND d.status IN ('failed', 'cancelled', 'in_doubt') AND d.scrubbed_at IS NULL
-RETURNING d.dedupe_key;
+-- name: console_act
+-- Operator action $2 (retry, cancel, resolve as $4) on the rows with keys $3, as the operator of session $1, recorded with detail $6 ($5: the attempts of a retried row whose max_attempts is null). Returns the keys changed.
+SELECT k FROM email_console_act($1, $2, $3::text[], $4, $5::integer, $6::jsonb) AS k;
 
--- name: cancel_rows
--- A bulk cancel of the rows $1 as `cancel` does each: only rows still pending. Returns their keys.
-UPDATE email_deliveries
-SET status = 'cancelled', last_error = 'cancelled by operator', updated_at = now()
-WHERE id = ANY ($1::bigint[]) AND status = 'pending'
-RETURNING dedupe_key;
+-- name: console_suppress
+-- Suppress address $2 for reason $3 until $4 (null: never), as the operator of session $1.
+SELECT email_console_suppress($1, $2, $3, $4);
+
+-- name: console_unsuppress
+-- Lift the suppression of address $2 as the operator of session $1; whether there was one.
+SELECT email_console_unsuppress($1, $2);
+
+-- name: console_session_proxied
+-- The session of an action by user $2 with role $3 named by the trusted proxy: made and ended in the action's transaction.
+INSERT INTO email_console_sessions (token_hash, user_name, role, by_proxy) VALUES ($1, $2, $3, true);
 
 -- name: console_census
 -- Rows by status and transport ($1: the name of the default transport, for rows whose transport is null), with the ids of up to $2 in_doubt rows: one scan of the table, made by the console at most once a minute while it is used (console/census.py).

@@ -1,7 +1,7 @@
 """HTTP served to the outside, inside the daemon's event loop: the only module that imports uvicorn.
 
 ``async with serve_http(app, address, setting=..., exempt=...) as (host, port):`` binds ``address``
-(``host:port``, ``[v6]:port``; a clear :class:`ConfigurationError` naming ``setting`` when it
+(``host:port``, ``[v6]:port``, or ``unix:PATH`` for a Unix socket, mode 0660, yielding (PATH, 0); a clear :class:`ConfigurationError` naming ``setting`` when it
 cannot), serves the ASGI ``app`` with uvicorn's h11 protocol as a task of the current anyio
 task group, and stops it when the block ends. What it adds to uvicorn, against hostile clients:
 
@@ -35,8 +35,10 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
+import os
 import re
 import socket
+import stat
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
@@ -57,6 +59,7 @@ MAX_CONNECTIONS_PER_CLIENT = 8  # open at once from one client address (an IPv6 
 MAX_HEAD_BYTES = 16 * 1024  # request line and headers
 SHUTDOWN_GRACE_SECONDS = 1  # for responses being written when the server stops
 SERVER_HEADER = "outbox-mailer"
+UNIX_PREFIX = "unix:"  # an address "unix:/run/x.sock": a Unix socket at that path
 FULL_WARNING_EVERY_SECONDS = 60.0
 
 Asgi = Any  # an ASGI 3 application (starlette.applications.Starlette, for one)
@@ -73,7 +76,8 @@ async def serve_http(app: Asgi, address: str, *, setting: str,
     ``exempt``: the addresses of reverse proxies, whose connections are not held to the per-client bound.
     """
     sock = _bind(address, setting)
-    host, port = sock.getsockname()[:2]
+    name = sock.getsockname()
+    host, port = (name, 0) if isinstance(name, str) else name[:2]  # a Unix socket: its path, port 0
     server = _Server(_config(app, tuple(exempt)))
     stopped = anyio.Event()
 
@@ -97,9 +101,14 @@ async def serve_http(app: Asgi, address: str, *, setting: str,
     finally:
         server.close_everything()
         sock.close()
+        if isinstance(name, str):
+            with contextlib.suppress(OSError):
+                os.unlink(name)
 
 
 def _bind(address: str, setting: str) -> socket.socket:
+    if address.startswith(UNIX_PREFIX):
+        return _bind_unix(address[len(UNIX_PREFIX):], setting)
     host, port = parse_listen_address(address)
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
     try:
@@ -108,6 +117,23 @@ def _bind(address: str, setting: str) -> socket.socket:
     except OSError as exc:
         sock.close()
         raise ConfigurationError(f"{setting}={address}: cannot listen there: {exc.strerror or exc}",
+                                 setting=setting) from exc
+    return sock
+
+
+def _bind_unix(path: str, setting: str) -> socket.socket:
+    """A Unix socket at ``path`` (one left by a previous run is replaced), mode 0660: the owner and
+    its group (the proxy's) may connect, nobody else."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            if stat.S_ISSOCK(os.stat(path).st_mode):
+                os.unlink(path)
+        sock.bind(path)
+        os.chmod(path, 0o660)
+    except OSError as exc:
+        sock.close()
+        raise ConfigurationError(f"{setting}={path}: cannot listen there: {exc.strerror or exc}",
                                  setting=setting) from exc
     return sock
 

@@ -383,29 +383,16 @@ SET status = 'pending', scheduled_at = now(), max_attempts = d.attempts + coales
 FROM batch WHERE d.id = batch.id;
 
 -- name: retry
--- Put a failed, cancelled or in_doubt row back to pending now, with $2 more attempts allowed; never a row whose content retention removed (it would go out as its subject alone).
-UPDATE email_deliveries
-SET status = 'pending', scheduled_at = now(), max_attempts = attempts + $2, last_error = NULL,
-    updated_at = now()
-WHERE dedupe_key = $1 AND status IN ('failed', 'cancelled', 'in_doubt') AND scrubbed_at IS NULL
-RETURNING id;
+-- Put a failed, cancelled or in_doubt row back to pending now, with $2 more attempts allowed; never a row whose content retention removed (the rule: sql/0022).
+SELECT k FROM email_delivery_retry(ARRAY[$1::text], $2::integer, NULL) AS k;
 
 -- name: resolve
--- An operator settles an in_doubt row as sent ($2 = 'sent') or failed ($2 = 'failed').
-UPDATE email_deliveries
-SET status = $2::text,
-    sent_at = CASE WHEN $2::text = 'sent' THEN now() END,
-    last_error = 'resolved as ' || $2::text || ' by an operator; was: ' || coalesce(last_error, 'in doubt'),
-    updated_at = now()
-WHERE dedupe_key = $1 AND status = 'in_doubt'
-RETURNING id;
+-- An operator settles an in_doubt row as sent ($2 = 'sent') or failed ($2 = 'failed') (the rule: sql/0022).
+SELECT k FROM email_delivery_resolve($1::text, $2::text) AS k;
 
 -- name: cancel
--- Cancel a pending row.
-UPDATE email_deliveries
-SET status = 'cancelled', last_error = 'cancelled by operator', updated_at = now()
-WHERE dedupe_key = $1 AND status = 'pending'
-RETURNING id;
+-- Cancel a pending row (the rule: sql/0022).
+SELECT k FROM email_delivery_cancel(ARRAY[$1::text]) AS k;
 
 -- name: status_of
 -- The status of one row and whether retention removed its content (to explain why retry/cancel did nothing).
@@ -639,11 +626,7 @@ WHERE s.address = ANY ($1::text[]) AND (s.expires_at IS NULL OR s.expires_at > n
 
 -- name: suppress
 -- Suppress address $1 (normal form) for reason $2 from source $3, expiring at $4 (null: never); an existing suppression is replaced. Returns the row.
-INSERT INTO email_suppressions (address, reason, source, expires_at) VALUES ($1, $2, $3, $4)
-ON CONFLICT (address) DO UPDATE
-    SET reason = EXCLUDED.reason, source = EXCLUDED.source, expires_at = EXCLUDED.expires_at,
-        created_at = now(), delivery_id = NULL
-RETURNING address, reason, source, delivery_id, created_at, expires_at;
+SELECT address, reason, source, delivery_id, created_at, expires_at FROM email_suppress($1, $2, $3, $4);
 
 -- name: unsuppress
 -- Lift the suppression of address $1; returns whether there was one.

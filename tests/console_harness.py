@@ -76,11 +76,13 @@ class Client:
 async def served_console(db_url: str, *, users: tuple[tuple[str, str], ...] = (("olga", "operator"),
                                                                              ("victor", "viewer")),
                          console: dict[str, Any] | None = None, **settings: Any) -> AsyncIterator[Served]:
-    """``console``: console settings beside the address (a census on every request unless given);
-    ``settings``: the others."""
-    address = f"127.0.0.1:{free_port()}"
-    values: dict[str, Any] = {"database_url": db_url, "default_from": "App <app@example.com>",
-                              "console": {"address": address, "census_seconds": 0, **(console or {})}}
+    """``console``: console settings beside the address (a census on every request unless given; with
+    ``socket``, on that Unix socket instead); ``settings``: the others."""
+    cfg = {"census_seconds": 0, **(console or {})}
+    if "socket" not in cfg:
+        cfg["address"] = f"127.0.0.1:{free_port()}"
+    address = cfg.get("address") or "unix:" + cfg["socket"]
+    values: dict[str, Any] = {"database_url": db_url, "default_from": "App <app@example.com>", "console": cfg}
     values.update(settings)
     store = await ConsoleStore.open(db_url)
     try:
@@ -88,7 +90,7 @@ async def served_console(db_url: str, *, users: tuple[tuple[str, str], ...] = ((
             await store.add_user(name, role, password_hash())
         app = Console(Settings(**values), store, slow_seconds=0.05)
         async with serve_http(build_app(app), address, setting="console") as (host, port):
-            yield Served(f"http://{host}:{port}", store, app)
+            yield Served(f"http://{host}:{port}" if port else "http://localhost", store, app)
     finally:
         await store.close()
 

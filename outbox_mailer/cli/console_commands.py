@@ -20,24 +20,25 @@ from .output import EXIT_OK, emit
 
 log = logging.getLogger("outbox_mailer")
 ADDRESS_SETTING = "OUTBOX_MAILER_CONSOLE__ADDRESS"
+SOCKET_SETTING = "OUTBOX_MAILER_CONSOLE__SOCKET"
 
 
 def cmd_console(args: argparse.Namespace, settings: Settings) -> int:
     cfg = settings.console
     settings.require_database_url()
-    if cfg.address is None:
-        raise ConfigurationError(f"{ADDRESS_SETTING} is not set: where should the console listen?",
-                                 setting=ADDRESS_SETTING)
+    if cfg.address is None and cfg.socket is None:
+        raise ConfigurationError(f"{ADDRESS_SETTING} (or {SOCKET_SETTING}) is not set: where should the console "
+                                 "listen?", setting=ADDRESS_SETTING)
     # imported here for start-up time: starlette, jinja2, argon2 and uvicorn serve this command alone
     from ..config_checks import parse_listen_address
     from ..console.app import Console, build_app
     from ..console.auth import is_loopback
-    from ..http_server import LOOPBACK, serve_http
+    from ..http_server import LOOPBACK, UNIX_PREFIX, serve_http
     from ..systemd import SystemdNotifier
 
     async def go(store: ConsoleStore) -> int:
         await store.require_schema()
-        host = parse_listen_address(cfg.address)[0]  # type: ignore[arg-type]  (checked above)
+        host = parse_listen_address(cfg.address)[0] if cfg.address else "localhost"  # a Unix socket: local
         users = await store.users()
         if not users and not cfg.proxy_mode:
             if not is_loopback(host):
@@ -46,10 +47,15 @@ def cmd_console(args: argparse.Namespace, settings: Settings) -> int:
                     "user (add one: outbox-mailer console-user add NAME --role operator) and no trusted proxy "
                     "(OUTBOX_MAILER_CONSOLE__TRUSTED_PROXY_HEADER and __TRUSTED_PROXIES)", setting=ADDRESS_SETTING)
             log.warning("console: no user yet; add one with `outbox-mailer console-user add NAME --role operator`")
+        if cfg.signing_key is None:
+            log.warning("console: no OUTBOX_MAILER_CONSOLE__SIGNING_KEY: this process signs with a key of its own, so "
+                        "its forms fail on another console process and after a restart")
         console = Console(settings, store)
+        listen = cfg.address or UNIX_PREFIX + str(cfg.socket)
+        setting = ADDRESS_SETTING if cfg.address else SOCKET_SETTING
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-            async with serve_http(build_app(console), cfg.address,  # type: ignore[arg-type]
-                                  setting=ADDRESS_SETTING, exempt=LOOPBACK + cfg.proxy_networks()) as (bound_host, port):
+            proxies = LOOPBACK + cfg.proxy_networks() + cfg.forwarding_networks()
+            async with serve_http(build_app(console), listen, setting=setting, exempt=proxies) as (bound_host, port):
                 console.census.start()
                 log.info("console listening on %s:%d (%d users%s)", bound_host, port, len(users),
                          f", trusted proxy header {cfg.trusted_proxy_header}" if cfg.proxy_mode else "")

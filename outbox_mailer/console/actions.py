@@ -5,7 +5,10 @@ is a row of email_operator_actions written in its transaction, and a line of the
 from __future__ import annotations
 
 import logging
+import secrets
+import time
 from datetime import timedelta
+from typing import Any
 
 import anyio
 from starlette.requests import Request
@@ -13,10 +16,11 @@ from starlette.responses import RedirectResponse, Response
 
 from ..clock import utc_now
 from ..errors import InvalidTransition, NotFound
-from ..store.console import SelectionChanged
+from ..store.console import MAX_BULK, Actor, SelectionChanged
 from ..suppression import REASONS, normal_address
 from .app import (
     COOKIE,
+    FORM_COOKIE,
     Console,
     Refused,
     checked_form,
@@ -25,8 +29,9 @@ from .app import (
     path_segments,
     with_query,
 )
-from .auth import REFUSE_AFTER, SLOW_AFTER, SLOW_SECONDS, Session, verify_password
+from .auth import Session
 from .filters import Malformed, parse_count, parse_filter
+from .throttle import SLOW_SECONDS, GateFull
 
 log = logging.getLogger("outbox_mailer")
 EXPIRY_DAYS_MAX = 3650
@@ -35,67 +40,86 @@ EXPIRY_DAYS_MAX = 3650
 # ---- signing in and out
 
 
+def _login_form(request: Request, console: Console, status: int = 200, error: str | None = None) -> Response:
+    """The sign-in page, its token signed and bound to the nonce of its cookie (set when missing)."""
+    origin = console.origin(request)
+    nonce = request.cookies.get(console.cookie_name(FORM_COOKIE, origin))
+    fresh = not nonce or len(nonce) > 64
+    if fresh:
+        nonce = secrets.token_urlsafe(24)
+    response = console.page(request, "login.html", None, status, csrf=console.signer.form_token(nonce, time.time()),
+                            error=error)
+    if fresh:
+        console.set_cookie(response, origin, FORM_COOKIE, nonce)  # type: ignore[arg-type]
+    return response
+
+
 async def login_page(request: Request) -> Response:
     console: Console = request.app.state.console
-    session, new = await console.session_of(request)
-    if session is not None and session.user is not None:
+    if await console.session_of(request) is not None:
         return RedirectResponse("/", status_code=303)
-    if session is None:
-        session, new = console.sessions.start(None, None), True
-    response = console.page(request, "login.html", session, error=None)
-    if new:
-        console.set_cookie(response, session)
-    return response
+    return _login_form(request, console)
 
 
 async def login(request: Request) -> Response:
     console: Console = request.app.state.console
-    session = console.sessions.get(request.cookies.get(COOKIE))
     try:
-        form = await checked_form(request, session, operator=False)
+        form = await checked_form(request, None, operator=False, sign_in=True)
     except Refused as exc:
         return console.page(request, "error.html", None, exc.status, message=exc.message)
-    assert session is not None  # checked_form refuses a request without one
     user, password = form.get("username"), form.get("password")
     if not isinstance(user, str) or not isinstance(password, str) or not user or len(user) > 64:
-        return console.page(request, "login.html", session, 400, error="Enter a user name and a password.")
-    address = request.client.host if request.client else "-"
-    failures = console.throttle.failures(user, address)
-    if failures >= REFUSE_AFTER:
-        log.warning("console: sign-in refused for %r from %s: too many failures", user, address)
-        return console.page(request, "login.html", session, 429,
-                            error="Too many failed sign-ins. Try again in 15 minutes.")
-    if failures >= SLOW_AFTER:
-        slow = SLOW_SECONDS if console.slow_seconds is None else console.slow_seconds
-        await anyio.sleep(slow * min(failures - SLOW_AFTER + 1, 5))
-    known = await console.store.user(user)
-    if not await verify_password(known["password_hash"] if known else None, password):
-        console.throttle.failed(user, address)
-        log.warning("console: failed sign-in for %r from %s", user, address)
-        return console.page(request, "login.html", session, 401, error="Wrong user name or password.")
-    console.throttle.succeeded(user)
-    console.sessions.end(session.token)
-    signed = console.sessions.start(known["name"], known["role"])  # type: ignore[index]
-    log.info("console: %s signed in (%s) from %s", signed.user, signed.role, address)
+        return _login_form(request, console, 400, "Enter a user name and a password.")
+    origin = console.origin(request)
+    attempt = console.throttle.begin(user, origin.address)
+    if attempt is None:
+        log.warning("console: sign-in refused for %r from %s: too many failures", user, origin.address)
+        return _login_form(request, console, 429, "Too many failed sign-ins from your address. Try again in 15 minutes.")
+    if attempt.slow_steps:
+        await anyio.sleep((SLOW_SECONDS if console.slow_seconds is None else console.slow_seconds) * attempt.slow_steps)
+    stored = await console.store.password_hash(user)
+    try:
+        right = await console.gate.verify(origin.address, stored, password)
+    except GateFull:
+        console.throttle.forgive(attempt)
+        log.warning("console: sign-in of %r from %s not checked: too many sign-ins at once", user, origin.address)
+        return _login_form(request, console, 429, "Too many sign-ins at once. Try again in a few seconds.")
+    known = await console.store.user(user) if right else None
+    if known is None:
+        log.warning("console: failed sign-in for %r from %s", user, origin.address)
+        return _login_form(request, console, 401, "Wrong user name or password.")
+    console.throttle.succeeded(attempt)
+    old = await console.session_of(request)
+    if old is not None and old.token_hash is not None:
+        await console.store.end_session(old.token_hash)
+    signed, token = await console.start_session(known["name"], known["role"])
+    log.info("console: %s signed in (%s) from %s", signed.user, signed.role, origin.address)
     response = RedirectResponse("/", status_code=303)
-    console.set_cookie(response, signed)
+    console.set_cookie(response, origin, COOKIE, token)
+    console.delete_cookie(response, origin, FORM_COOKIE)
     return response
 
 
 async def logout(request: Request) -> Response:
     console: Console = request.app.state.console
-    session = console.sessions.get(request.cookies.get(COOKIE))
+    session = await console.session_of(request)
     try:
         await checked_form(request, session, operator=False)
     except Refused as exc:
         return console.page(request, "error.html", None, exc.status, message=exc.message)
-    console.sessions.end(request.cookies.get(COOKIE))
+    if session is not None and session.token_hash is not None:
+        await console.store.end_session(session.token_hash)
     response = RedirectResponse("/login", status_code=303)
-    response.delete_cookie(COOKIE, path="/", httponly=True, samesite="strict", secure=console.secure_cookie)
+    console.delete_cookie(response, console.origin(request), COOKIE)
     return response
 
 
 # ---- one email
+
+
+def actor_of(session: Session) -> Actor:
+    return Actor(session.token_hash, session.user, session.role)
+
 
 
 async def email_action(request: Request, console: Console, session: Session) -> Response:
@@ -104,27 +128,26 @@ async def email_action(request: Request, console: Console, session: Session) -> 
     if len(segments) != 2 or segments[1] not in ("retry", "cancel", "resolve"):
         raise Refused(404, "no such action")
     key, action = email_key(request, segments), segments[1]
-    store, actor = console.store, session.user
+    store, default_attempts = console.store, console.settings.max_attempts
+    outcome: str | None = None
+    detail: dict[str, Any] = {}
+    if action == "resolve":
+        given = form.get("as")
+        if given not in ("sent", "failed"):
+            raise Malformed("as: sent or failed")
+        outcome = str(given)
+        detail = {"as": outcome}
+    elif action == "retry":
+        rows = await store.status([key])
+        detail = {"attempts": rows[0]["max_attempts"] or default_attempts} if rows else {}  # as `retry KEY` gives
     try:
-        if action == "retry":
-            rows = await store.status([key])
-            if not rows:
-                raise NotFound(key)
-            tries = rows[0]["max_attempts"] or console.settings.max_attempts  # as `retry KEY` does
-            await store.retry(key, tries, actor=actor)
-        elif action == "cancel":
-            await store.cancel(key, actor=actor)
-        else:
-            outcome = form.get("as")
-            if outcome not in ("sent", "failed"):
-                raise Malformed("as: sent or failed")
-            await store.resolve(key, str(outcome), actor=actor)
+        await store.act_on(actor_of(session), action, key, outcome=outcome, default_attempts=default_attempts, detail=detail)
     except NotFound:
         raise Refused(404, f"No email has the dedupe key {key!r}.") from None
     except InvalidTransition as exc:
         raise Refused(409, f"Nothing was done: {exc}") from None
     console.census.expire()
-    log.info("console: %s did %s on %r", actor, action, key)
+    log.info("console: %s did %s on %r", session.user, action, key)
     back = "/in-doubt" if form.get("back") == "in-doubt" else with_query(key_url(key), f"done={action}")
     return RedirectResponse(back, status_code=303)
 
@@ -135,9 +158,11 @@ async def bulk(request: Request, console: Console, session: Session) -> Response
     fields = {k: v for k, v in form.items() if isinstance(v, str)}
     f = parse_filter(fields)
     expected = parse_count(fields.get("expected_count"))
+    if expected > MAX_BULK:
+        raise Refused(400, f"A bulk action changes at most {MAX_BULK} emails; narrow the filter.")
     try:
         keys = await console.store.bulk(f, console.settings.default_transport, action, expected=expected,
-                                        actor=session.user or "-", default_attempts=console.settings.max_attempts)
+                                        actor=actor_of(session), default_attempts=console.settings.max_attempts)
     except SelectionChanged as exc:
         raise Refused(409, f"{exc}. Look at the list again and confirm the new count.") from None
     console.census.expire()
@@ -162,7 +187,7 @@ async def suppress(request: Request, console: Console, session: Session) -> Resp
         if not days.isdigit() or not 1 <= int(days) <= EXPIRY_DAYS_MAX:
             raise Malformed(f"expires_days: a whole number of days from 1 to {EXPIRY_DAYS_MAX}, or empty for never")
         expires = utc_now() + timedelta(days=int(days))
-    await console.store.suppress(address, str(reason), "operator", expires, actor=session.user)
+    await console.store.console_suppress(actor_of(session), address, str(reason), expires)
     log.info("console: %s suppressed %s (%s)", session.user, address, reason)
     return RedirectResponse("/suppressions", status_code=303)
 
@@ -172,7 +197,7 @@ async def unsuppress(request: Request, console: Console, session: Session) -> Re
     segments = path_segments(request, "/suppressions/")
     if len(segments) != 2 or segments[1] != "delete":
         raise Refused(404, "no such action")
-    if not await console.store.unsuppress(segments[0], actor=session.user):
+    if not await console.store.console_unsuppress(actor_of(session), segments[0]):
         raise Refused(404, f"{segments[0]} is not suppressed.")
     log.info("console: %s unsuppressed %s", session.user, segments[0])
     return RedirectResponse("/suppressions", status_code=303)

@@ -1,29 +1,33 @@
-"""Who is asking: passwords (Argon2id), sessions, CSRF tokens, the login throttle, the trusted proxy.
+"""Who is asking: passwords (Argon2id), signed tokens, sessions, CSRF, the origin check, the trusted proxy.
 
 * **Passwords** are Argon2id hashes (argon2-cffi's defaults: 64 MiB, 3 passes, 4 lanes), checked off
-  the event loop. A name with no user is checked against a hash of nothing, so a wrong name and a
-  wrong password take the same time and get the same answer.
-* **Sessions** live in the console's memory: a random token in an ``HttpOnly; SameSite=Strict``
-  cookie, ended by ``POST /logout``, by ``session_seconds`` after sign-in, by ``idle_seconds``
-  without a request, by a restart, and at the next request once the user is removed or given
-  another role (each request reads the user's row). Signing in replaces the session (no fixation).
-* **CSRF**: each session, the anonymous one of the login page included, has a token that every
-  state-changing form carries as ``csrf_token``; it is compared in constant time, and the
-  request's ``Origin`` (or, without one, ``Referer``) must name this host.
-* **Login throttle**: failures are counted per user name and per client address over
-  ``THROTTLE_WINDOW_SECONDS``; from ``SLOW_AFTER`` failures each answer is delayed, from
-  ``REFUSE_AFTER`` sign-in is refused (429) until the window has passed, whatever the password.
+  the event loop and only through the sign-in gate (``throttle.py``), which bounds how many run at
+  once. A name with no user is checked against a hash of nothing, so a wrong name and a wrong
+  password take the same time and get the same answer.
+* **Signing key**: ``OUTBOX_MAILER_CONSOLE__SIGNING_KEY`` (a credential; several keys separated by
+  white space: the first signs, each verifies, which is how a key is rotated) signs the sign-in
+  form's token and derives each session's CSRF token, so every console process that shares the key
+  accepts the others' forms.
+* **Sessions** are rows of ``email_console_sessions`` (the store's): a random token in an
+  ``HttpOnly; SameSite=Strict`` cookie, its SHA-256 in the row. They survive a restart and are shared
+  by every console process; a session ends by ``POST /logout``, ``session_seconds`` after sign-in,
+  ``idle_seconds`` without a request (the live refresh does not count), and at the next request once
+  the user is removed or given another role. Signing in replaces the session (no fixation).
+* **CSRF**: a signed-in session's token is ``HMAC(key, "csrf:" + token hash)``; the sign-in form's is
+  a signed, expiring token bound to a random value in a cookie of its own (nothing is stored: the
+  anonymous cannot fill any table). Each is compared in constant time, and the request's ``Origin``
+  (or, without one, ``Referer``) must name this console: an allowed host, and the request's scheme.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import hmac
 import ipaddress
 import secrets
-import time
-from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import anyio
@@ -32,10 +36,8 @@ from argon2.exceptions import InvalidHashError, VerificationError
 
 ROLES = ("viewer", "operator")
 MIN_PASSWORD, MAX_PASSWORD = 12, 1024  # characters
-THROTTLE_WINDOW_SECONDS = 900.0
-SLOW_AFTER, REFUSE_AFTER = 3, 10  # failures in the window, per user name or per address
-SLOW_SECONDS = 1.0  # the delay from SLOW_AFTER failures on
-MAX_SESSIONS = 10_000  # the oldest go first beyond this (anonymous login-page sessions are many)
+FORM_SECONDS = 3600  # a sign-in form's token is good this long
+MIN_KEY = 32  # characters of a signing key
 
 _hasher = PasswordHasher()
 _NOBODY = _hasher.hash(secrets.token_urlsafe(16))
@@ -59,119 +61,88 @@ def _verify(stored: str | None, password: str) -> bool:
 
 
 async def verify_password(stored: str | None, password: str) -> bool:
-    """Whether ``password`` matches the hash ``stored`` (None: no such user; checked all the same)."""
+    """Whether ``password`` matches the hash ``stored`` (None: no such user; checked all the same).
+    Holds 64 MiB while it runs: call it through :class:`~.throttle.SignInGate` only."""
     return await anyio.to_thread.run_sync(_verify, stored, password)
 
 
-@dataclass(slots=True)
+class Signer:
+    """HMAC-SHA256 with the first key; verified with any of them (a key being rotated out)."""
+
+    def __init__(self, keys: Sequence[bytes]) -> None:
+        if not keys:
+            raise ValueError("no signing key")
+        self._keys = tuple(keys)
+
+    @classmethod
+    def from_setting(cls, text: str | None) -> Signer:
+        """The keys of OUTBOX_MAILER_CONSOLE__SIGNING_KEY (white-space separated); None: one random key,
+        this process's own."""
+        return cls([k.encode() for k in text.split()] if text else [secrets.token_bytes(32)])
+
+    def sign(self, text: str) -> str:
+        return _mac(self._keys[0], text)
+
+    def valid(self, text: str, mac: str) -> bool:
+        return any(hmac.compare_digest(_mac(key, text).encode(), mac.encode()) for key in self._keys)
+
+    def form_token(self, nonce: str, now: float) -> str:
+        """The sign-in form's CSRF token, bound to the ``nonce`` of its cookie, good for FORM_SECONDS."""
+        expires = int(now) + FORM_SECONDS
+        return f"{expires}.{self.sign(f'login:{nonce}:{expires}')}"
+
+    def form_token_valid(self, nonce: str | None, token: str | None, now: float) -> bool:
+        if not nonce or not token or "." not in token:
+            return False
+        expires, mac = token.split(".", 1)
+        return expires.isdigit() and now <= int(expires) and self.valid(f"login:{nonce}:{expires}", mac)
+
+
+def _mac(key: bytes, text: str) -> str:
+    digest = hmac.new(key, text.encode("utf-8", "surrogatepass"), hashlib.sha256).digest()
+    return base64.urlsafe_b64encode(digest).decode().rstrip("=")
+
+
+def token_hash(token: str) -> bytes:
+    """What ``email_console_sessions`` keeps of a session's token."""
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
+
+
+@dataclass(frozen=True, slots=True)
 class Session:
-    token: str
-    user: str | None  # None: not signed in (the login page's session, for its CSRF token)
-    role: str | None
+    """Who a request is from: a signed-in user (``token_hash``: its row) or one a trusted proxy named."""
+
+    user: str
+    role: str
     csrf: str
-    started: float
-    seen: float
-    by_proxy: bool = False  # named by the trusted proxy, not signed in with a password
+    token_hash: bytes | None = None  # None: named by the trusted proxy, which every request names again
 
 
-@dataclass
-class Sessions:
-    """Sessions by token, in memory."""
+def session_csrf(signer: Signer, hashed: bytes) -> str:
+    return signer.sign("csrf:" + hashed.hex())
 
-    session_seconds: float
-    idle_seconds: float
-    clock: Callable[[], float] = time.monotonic
-    _by_token: dict[str, Session] = field(default_factory=dict)
 
-    def start(self, user: str | None, role: str | None, *, by_proxy: bool = False) -> Session:
-        now = self.clock()
-        if len(self._by_token) >= MAX_SESSIONS:
-            self._expire(now)
-            while len(self._by_token) >= MAX_SESSIONS:
-                del self._by_token[next(iter(self._by_token))]
-        session = Session(secrets.token_urlsafe(32), user, role, secrets.token_urlsafe(32), now, now, by_proxy)
-        self._by_token[session.token] = session
-        return session
-
-    def get(self, token: str | None) -> Session | None:
-        session = self._by_token.get(token) if token else None
-        if session is None:
-            return None
-        now = self.clock()
-        if now - session.started > self.session_seconds or now - session.seen > self.idle_seconds:
-            del self._by_token[session.token]
-            return None
-        session.seen = now
-        return session
-
-    def end(self, token: str | None) -> None:
-        if token:
-            self._by_token.pop(token, None)
-
-    def _expire(self, now: float) -> None:
-        for token, s in list(self._by_token.items()):
-            if now - s.started > self.session_seconds or now - s.seen > self.idle_seconds:
-                del self._by_token[token]
+def proxy_csrf(signer: Signer, user: str) -> str:
+    return signer.sign("proxy:" + user)
 
 
 def csrf_matches(session: Session | None, given: str | None) -> bool:
     return session is not None and given is not None and hmac.compare_digest(session.csrf.encode(), given.encode())
 
 
-def same_origin(origin: str | None, referer: str | None, host: str | None) -> bool:
-    """Whether the request came from a page of this console: its Origin (else Referer) names ``host``."""
+def same_origin(origin: str | None, referer: str | None, host: str, scheme: str) -> bool:
+    """Whether the request came from a page of this console: its Origin (else Referer) is
+    ``scheme://host`` (``host``: the request's Host, already found allowed)."""
     source = origin if origin and origin != "null" else referer
-    if not source or not host:
+    if not source:
         return False
     parts = urlsplit(source)
-    return parts.scheme in ("http", "https") and parts.netloc.lower() == host.lower()
+    return parts.scheme == scheme and parts.netloc.lower() == host.lower()
 
 
-@dataclass
-class LoginThrottle:
-    """Recent failures per user name and per address."""
-
-    clock: Callable[[], float] = time.monotonic
-    _failures: dict[str, deque[float]] = field(default_factory=dict)
-
-    def _count(self, key: str, now: float) -> int:
-        times = self._failures.get(key)
-        if not times:
-            return 0
-        while times and now - times[0] > THROTTLE_WINDOW_SECONDS:
-            times.popleft()
-        if not times:
-            del self._failures[key]
-        return len(times)
-
-    def failures(self, user: str, address: str) -> int:
-        now = self.clock()
-        return max(self._count("u:" + user, now), self._count("a:" + address, now))
-
-    def failed(self, user: str, address: str) -> None:
-        now = self.clock()
-        if len(self._failures) > 100_000:  # a flood of names: forget the stale ones
-            for key in list(self._failures):
-                self._count(key, now)
-        for key in ("u:" + user, "a:" + address):
-            self._failures.setdefault(key, deque(maxlen=REFUSE_AFTER * 2)).append(now)
-
-    def succeeded(self, user: str) -> None:
-        self._failures.pop("u:" + user, None)
-
-
-def proxy_user(peer: str | None, header_value: str | None,
-               networks: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]) -> str | None:
-    """The user a trusted proxy names; None when the peer is not one of ``networks`` or names nobody."""
-    if peer is None or not header_value or not networks:
-        return None
-    try:
-        address = ipaddress.ip_address(peer)
-    except ValueError:
-        return None
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
-    if not any(address in n for n in networks):
+def proxy_user(header_value: str | None) -> str | None:
+    """The user a trusted proxy's header names (None: nobody, or not a user name)."""
+    if not header_value:
         return None
     name = header_value.strip()
     return name if 0 < len(name) <= 64 and name.isprintable() and " " not in name else None

@@ -5,13 +5,16 @@ URL, framed by the email's page with ``<iframe sandbox="">``, and with a Content
 that sandboxes it again for whoever opens the URL directly: no script, a unique origin, no forms,
 no top navigation, and nothing loaded from anywhere (a tracking pixel must not fire because an
 operator looked). ``remote=True``, when the operator asks for that one message, lets images,
-stylesheets and fonts load; script, forms and frames stay refused.
+stylesheets and fonts load; script, forms and frames stay refused, and ``<link>`` elements other than
+stylesheets (prefetch, preconnect, prerender...: requests no directive of the policy governs in every
+browser) are made inert elements before the body is served, in both modes.
 """
 
 from __future__ import annotations
 
 import json
 import uuid
+from html.parser import HTMLParser
 from datetime import UTC, datetime
 from typing import Any
 
@@ -30,8 +33,41 @@ _SANDBOX = ("sandbox; default-src 'none'; style-src 'unsafe-inline'{remote}; img
 
 def html_preview(html: str, *, remote: bool) -> Response:
     csp = _SANDBOX.format(remote=" https: http:" if remote else "")
-    return Response(html, media_type="text/html; charset=utf-8", headers={
+    return Response(inert_links(html), media_type="text/html; charset=utf-8", headers={
         "Content-Security-Policy": csp, "X-Frame-Options": "SAMEORIGIN", "Referrer-Policy": "no-referrer"})
+
+
+class _Links(HTMLParser):
+    """Where each ``<link>`` start tag that is not a stylesheet begins, as (line, column)."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.found: list[tuple[int, int]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        rels = " ".join(value or "" for name, value in attrs if name == "rel").lower().split()
+        if tag == "link" and rels != ["stylesheet"]:
+            self.found.append(self.getpos())
+
+    handle_startendtag = handle_starttag
+
+
+def inert_links(html: str) -> str:
+    """``html`` with each ``<link`` that is not a stylesheet renamed ``<x-link`` (an element that loads nothing)."""
+    parser = _Links()
+    parser.feed(html)
+    parser.close()
+    if not parser.found:
+        return html
+    starts = [0]  # where each line begins, lines as the parser counts them (ended by "\n" only)
+    for line in html.split("\n"):
+        starts.append(starts[-1] + len(line) + 1)
+    out, done = [], 0
+    for line, column in parser.found:
+        at = starts[line - 1] + column + 1  # after "<"
+        out += [html[done:at], "x-"]
+        done = at
+    return "".join(out) + html[done:]
 
 
 def composed_headers(row: dict[str, Any], settings: Settings) -> str:

@@ -17,6 +17,7 @@ ORDERS = ("newest", "oldest")
 FILTER_FIELDS = ("status", "transport", "recipient", "key", "created_after", "created_before", "event", "order")
 _LIMITS = {"transport": 64, "recipient": 320, "key": 255}
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+MAX_ID = 2**63 - 1  # a bigint
 _CURSOR = re.compile(r"^(-?\d{1,19})\.(\d{1,19})$")
 
 
@@ -80,6 +81,8 @@ def parse_cursor(value: str | None) -> tuple[datetime, int] | None:
         when = datetime.fromtimestamp(int(match.group(1)) / 1_000_000, UTC)
     except (OverflowError, OSError, ValueError):
         raise Malformed("after: not a page position of this console") from None
+    if int(match.group(2)) > MAX_ID:
+        raise Malformed("after: not a page position of this console")
     return when, int(match.group(2))
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -134,28 +133,28 @@ class Store:
         async with self._conn() as conn:
             return [dict(r) for r in await conn.fetch(sql("attempts_of"), delivery_id)]
 
-    async def retry(self, key: str, extra_attempts: int, *, actor: str | None = None) -> None:
-        """Back to pending now with ``extra_attempts`` more tries. ``actor``: also a row of
-        email_operator_actions, in the same transaction (the console's actions)."""
-        await self._transition(key, "retry", (key, extra_attempts), actor, {"attempts": extra_attempts})
+    async def retry(self, key: str, extra_attempts: int) -> None:
+        """Back to pending now with ``extra_attempts`` more tries."""
+        await self._transition(key, "retry", (key, extra_attempts))
 
-    async def cancel(self, key: str, *, actor: str | None = None) -> None:
-        await self._transition(key, "cancel", (key,), actor, {})
+    async def cancel(self, key: str) -> None:
+        await self._transition(key, "cancel", (key,))
 
-    async def resolve(self, key: str, status: str, *, actor: str | None = None) -> None:
+    async def resolve(self, key: str, status: str) -> None:
         """Settle an in_doubt row as 'sent' or 'failed'."""
         if status not in ("sent", "failed"):
             raise ValueError("resolve to 'sent' or 'failed'")
-        await self._transition(key, "resolve", (key, status), actor, {"as": status})
+        await self._transition(key, "resolve", (key, status))
 
-    async def _transition(self, key: str, name: str, args: tuple[Any, ...], actor: str | None,
-                          detail: dict[str, Any]) -> None:
+    async def _transition(self, key: str, name: str, args: tuple[Any, ...]) -> None:
         async with self._conn() as conn:
-            async with conn.transaction():
-                if await conn.fetchval(sql(name), *args) is not None:
-                    if actor is not None:
-                        await conn.execute(sql("record_action"), actor, name, key, None, json.dumps(detail))
-                    return
+            if await conn.fetchval(sql(name), *args) is not None:
+                return
+        await self.refusal(key, name)
+
+    async def refusal(self, key: str, name: str) -> None:
+        """Why action ``name`` changed nothing: :class:`NotFound`, or :class:`InvalidTransition` from the row's status."""
+        async with self._conn() as conn:
             row = await conn.fetchrow(sql("status_of"), key)
         if row is None:
             raise NotFound(key)

@@ -1,6 +1,8 @@
-"""What the operator console reads and changes: users, the filtered email list, one email, the overview,
-bulk actions. Single-row actions and suppressions are :class:`Store`'s and :class:`EventStore`'s own,
-the code the CLI runs, with an ``actor`` that records them in email_operator_actions.
+"""What the operator console reads and changes: users, sessions, the filtered email list, one email, the
+overview, actions. Its database role changes no row directly: every action (retry, cancel, resolve of
+one email or of a bulk selection, suppress, unsuppress) is a call of a function of schema 22 that
+applies the CLI's rules, takes the actor from the operator's session row (:class:`Actor`) and records
+the action in email_operator_actions.
 
 The email list's WHERE clause is put together here from fixed pieces; every value the console got
 from a URL or a form is a parameter ($n), never text of the statement. No index of email_deliveries
@@ -14,6 +16,7 @@ by the ids the console's census collected (console/census.py), their status chec
 from __future__ import annotations
 
 import json
+import secrets
 from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any, Literal
@@ -44,6 +47,16 @@ class SelectionChanged(DatabaseError):
     def __init__(self, expected: int, found: int) -> None:
         super().__init__(f"the selection holds {found} emails now, not the {expected} confirmed: nothing was done")
         self.expected, self.found = expected, found
+
+
+@dataclass(frozen=True, slots=True)
+class Actor:
+    """Who acts: the session row of a signed-in user (``token_hash``), or a user the trusted proxy named
+    (None: a session row is made for the action's transaction alone)."""
+
+    token_hash: bytes | None
+    user: str
+    role: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,9 +126,14 @@ class ConsoleStore(EventStore):
     # ---- users
 
     async def user(self, name: str) -> dict[str, Any] | None:
+        """The user's name and role (never its hash)."""
         async with self._conn() as conn:
             row = await conn.fetchrow(sql("console_user"), name)
         return dict(row) if row is not None else None
+
+    async def password_hash(self, name: str) -> str | None:
+        async with self._conn() as conn:
+            return await conn.fetchval(sql("console_password_hash"), name)  # type: ignore[no-any-return]
 
     async def add_user(self, name: str, role: str, password_hash: str) -> bool:
         """False when the name is taken."""
@@ -129,6 +147,32 @@ class ConsoleStore(EventStore):
     async def users(self) -> list[dict[str, Any]]:
         async with self._conn() as conn:
             return [dict(r) for r in await conn.fetch(sql("console_users"))]
+
+    # ---- sessions (email_console_sessions: hashes of their tokens)
+
+    async def start_session(self, token_hash: bytes, user: str, role: str, *, session_seconds: float,
+                            idle_seconds: float) -> None:
+        """A new session; the expired ones are forgotten on the way."""
+        async with self._conn() as conn, conn.transaction():
+            await conn.execute(sql("console_sessions_expire"), session_seconds, idle_seconds)
+            await conn.execute(sql("console_session_start"), token_hash, user, role)
+
+    async def session(self, token_hash: bytes, *, session_seconds: float, idle_seconds: float,
+                      seen: bool) -> tuple[str, str] | None:
+        """The session's (user, role) while it lasts and its user has that role (ended otherwise);
+        ``seen``: the request counts as activity."""
+        async with self._conn() as conn:
+            row = await conn.fetchrow(sql("console_session"), token_hash, session_seconds, idle_seconds)
+            if row is None:
+                await conn.execute(sql("console_session_end"), token_hash)
+                return None
+            if seen:
+                await conn.execute(sql("console_session_seen"), token_hash)
+        return row["user_name"], row["role"]
+
+    async def end_session(self, token_hash: bytes) -> None:
+        async with self._conn() as conn:
+            await conn.execute(sql("console_session_end"), token_hash)
 
     # ---- the email list
 
@@ -184,23 +228,56 @@ class ConsoleStore(EventStore):
             return int(await conn.fetchval(query, *p))
 
     async def bulk(self, f: EmailFilter, default_transport: str, action: BulkAction, *, expected: int,
-                   actor: str, default_attempts: int) -> list[str]:
-        """Retry or cancel every row of the selection, in one transaction, when it still holds
-        ``expected`` rows (:class:`SelectionChanged` otherwise, and nothing is done); each row's
-        action is a row of email_operator_actions. Returns the keys changed."""
+                   actor: Actor, default_attempts: int) -> list[str]:
+        """Retry or cancel every row of the selection, in one transaction, when it holds ``expected``
+        rows, at most MAX_BULK, and still does as they change (:class:`SelectionChanged` otherwise,
+        and nothing is done). Returns the keys changed."""
         p = _Params()
-        select = f"SELECT d.id {self._selection(f, default_transport, action, p)} ORDER BY d.id FOR UPDATE"
-        detail = json.dumps({"bulk": True, "count": expected, "filter": _described(f)})
+        select = (f"SELECT d.dedupe_key {self._selection(f, default_transport, action, p)} ORDER BY d.id "
+                  f"LIMIT {MAX_BULK + 1}")  # more than MAX_BULK is never the count confirmed
+        async with self._conn() as conn:
+            keys = [r["dedupe_key"] for r in await conn.fetch(select, *p)]
+        if len(keys) != expected:
+            raise SelectionChanged(expected, len(keys))
+        detail = {"bulk": True, "count": expected, "filter": _described(f)}
+        return await self.act(actor, action, keys, default_attempts=default_attempts, detail=detail,
+                              expected=expected)
+
+    # ---- actions (functions of schema 22: the CLI's rules, the actor from a session row)
+
+    async def act(self, actor: Actor, action: str, keys: list[str], *, outcome: str | None = None,
+                  default_attempts: int, detail: dict[str, Any], expected: int | None = None) -> list[str]:
+        """Retry, cancel or resolve (as ``outcome``) the rows of ``keys`` that the action may take;
+        the keys changed. ``expected``: how many must change (:class:`SelectionChanged` otherwise, and
+        nothing is)."""
         async with self._conn() as conn, conn.transaction():
-            ids = [r["id"] for r in await conn.fetch(select, *p)]
-            if len(ids) != expected:
-                raise SelectionChanged(expected, len(ids))
-            if action == "retry":
-                keys = [r["dedupe_key"] for r in await conn.fetch(sql("retry_rows"), ids, default_attempts)]
-            else:
-                keys = [r["dedupe_key"] for r in await conn.fetch(sql("cancel_rows"), ids)]
-            await conn.execute(sql("record_actions"), actor, action, keys, detail)
-        return keys
+            session = await _session_of(conn, actor)
+            done = [r["k"] for r in await conn.fetch(sql("console_act"), session, action, keys, outcome,
+                                                     default_attempts, detail)]
+            if expected is not None and len(done) != expected:
+                raise SelectionChanged(expected, len(done))
+            await _end_proxied(conn, actor, session)
+        return done
+
+    async def act_on(self, actor: Actor, action: str, key: str, *, outcome: str | None = None,
+                     default_attempts: int, detail: dict[str, Any]) -> None:
+        """One row's action (:class:`NotFound`, :class:`InvalidTransition` when it changed nothing)."""
+        if not await self.act(actor, action, [key], outcome=outcome, default_attempts=default_attempts,
+                              detail=detail):
+            await self.refusal(key, action)
+
+    async def console_suppress(self, actor: Actor, address: str, reason: str, expires_at: datetime | None) -> None:
+        async with self._conn() as conn, conn.transaction():
+            session = await _session_of(conn, actor)
+            await conn.execute(sql("console_suppress"), session, address, reason, expires_at)
+            await _end_proxied(conn, actor, session)
+
+    async def console_unsuppress(self, actor: Actor, address: str) -> bool:
+        async with self._conn() as conn, conn.transaction():
+            session = await _session_of(conn, actor)
+            found = bool(await conn.fetchval(sql("console_unsuppress"), session, address))
+            await _end_proxied(conn, actor, session)
+        return found
 
     # ---- one email
 
@@ -251,3 +328,17 @@ def _described(f: EmailFilter) -> dict[str, Any]:
         if value not in (None, False):
             out[field.name] = value.isoformat() if isinstance(value, datetime) else value
     return out
+
+
+async def _session_of(conn: Any, actor: Actor) -> bytes:
+    """The session row the action's actor comes from (for a proxied user: one made for this transaction)."""
+    if actor.token_hash is not None:
+        return actor.token_hash
+    made = secrets.token_bytes(32)
+    await conn.execute(sql("console_session_proxied"), made, actor.user, actor.role)
+    return made
+
+
+async def _end_proxied(conn: Any, actor: Actor, session: bytes) -> None:
+    if actor.token_hash is None:
+        await conn.execute(sql("console_session_end"), session)

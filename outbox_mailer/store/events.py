@@ -91,22 +91,13 @@ class EventStore(Store):
         async with self._conn() as conn:
             return bool(await conn.fetchval(sql("remember_token"), provider, token, hashlib.sha256(body).digest()))
 
-    async def suppress(self, address: str, reason: str, source: str,
-                       expires_at: datetime | None, *, actor: str | None = None) -> dict[str, Any]:
-        """``actor``: also a row of email_operator_actions, in the same transaction (the console)."""
-        async with self._conn() as conn, conn.transaction():
-            row = dict(await conn.fetchrow(sql("suppress"), address, reason, source, expires_at))
-            if actor is not None:
-                detail = {"reason": reason, "expires_at": expires_at.isoformat() if expires_at else None}
-                await conn.execute(sql("record_action"), actor, "suppress", None, address, json.dumps(detail))
-            return row
+    async def suppress(self, address: str, reason: str, source: str, expires_at: datetime | None) -> dict[str, Any]:
+        async with self._conn() as conn:
+            return dict(await conn.fetchrow(sql("suppress"), address, reason, source, expires_at))
 
-    async def unsuppress(self, address: str, *, actor: str | None = None) -> bool:
-        async with self._conn() as conn, conn.transaction():
-            found = await conn.fetchval(sql("unsuppress"), address) is not None
-            if found and actor is not None:
-                await conn.execute(sql("record_action"), actor, "unsuppress", None, address, "{}")
-            return found
+    async def unsuppress(self, address: str) -> bool:
+        async with self._conn() as conn:
+            return await conn.fetchval(sql("unsuppress"), address) is not None
 
     async def suppressions(self) -> list[dict[str, Any]]:
         async with self._conn() as conn:

@@ -5,18 +5,23 @@
 --   psql -v console_role=mailer_console -f sql/grants/console_role.sql
 -- Not a migration: it is not applied by `migrate`.
 
--- Read every email, attempt, event, suppression, the queue and the transports' limits.
+-- Read every email, attempt, event, suppression, the queue and the transports' limits, and what
+-- operators did.
+-- (What an earlier version of this script granted is taken back first.)
+REVOKE ALL ON email_deliveries, email_suppressions, email_operator_actions, email_console_users
+    FROM :"console_role";
 GRANT USAGE ON SCHEMA public TO :"console_role";
 GRANT SELECT ON email_deliveries, email_delivery_attempts, email_delivery_events, email_suppressions, email_queue,
-    email_transport_limits, outbox_mailer_migrations TO :"console_role";
--- The operator actions, as the CLI does them: retry, cancel, resolve change these columns only (the
--- status trigger, SECURITY DEFINER, queues a retried row); no INSERT, no DELETE, no content.
-GRANT UPDATE (status, scheduled_at, max_attempts, last_error, updated_at, sent_at) ON email_deliveries
+    email_transport_limits, email_operator_actions, outbox_mailer_migrations TO :"console_role";
+-- The users' names and roles, not their password hashes: sign-in asks for one user's hash at a time.
+GRANT SELECT (name, role, created_at) ON email_console_users TO :"console_role";
+GRANT EXECUTE ON FUNCTION email_console_password_hash(text) TO :"console_role";
+-- Sessions (schema 22): started at sign-in, seen, ended.
+GRANT SELECT, INSERT, DELETE ON email_console_sessions TO :"console_role";
+GRANT UPDATE (seen_at) ON email_console_sessions TO :"console_role";
+-- Nothing is changed directly: retry, cancel, resolve (one row or a bulk selection), suppress and
+-- unsuppress are functions (SECURITY DEFINER, fixed search_path) that follow the CLI's rules (no
+-- sent row back to pending), take the actor from an operator's session row and record the action.
+GRANT EXECUTE ON FUNCTION email_console_act(bytea, text, text[], text, integer, jsonb),
+    email_console_suppress(bytea, text, text, timestamptz), email_console_unsuppress(bytea, text)
     TO :"console_role";
--- Suppressions: add (an existing one is replaced) and remove.
-GRANT INSERT, DELETE ON email_suppressions TO :"console_role";
-GRANT UPDATE (reason, source, expires_at, created_at, delivery_id) ON email_suppressions TO :"console_role";
--- Sign-in reads the users (managed with `outbox-mailer console-user`, as the daemon's role);
--- every action is recorded.
-GRANT SELECT ON email_console_users TO :"console_role";
-GRANT SELECT, INSERT ON email_operator_actions TO :"console_role";

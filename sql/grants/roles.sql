@@ -31,4 +31,9 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON email_transport_limits, email_transport_
 GRANT SELECT, INSERT, UPDATE, DELETE ON email_daemon_processes TO :"daemon_role";
 -- The operator console's users (`outbox-mailer console-user`) and what operators did (schema 17).
 GRANT SELECT, INSERT, DELETE ON email_console_users TO :"daemon_role";
+-- Removing a console user ends its sessions; retry, cancel, resolve and suppress follow the rules of
+-- their functions (schema 22).
+GRANT SELECT, DELETE ON email_console_sessions TO :"daemon_role";
+GRANT EXECUTE ON FUNCTION email_delivery_retry(text[], integer, integer), email_delivery_cancel(text[]),
+    email_delivery_resolve(text, text), email_suppress(text, text, text, timestamptz) TO :"daemon_role";
 GRANT SELECT, INSERT ON email_operator_actions TO :"daemon_role";

@@ -131,7 +131,7 @@ async def test_a_hostile_email_runs_no_script_and_reaches_no_server(page: Any, c
         await page.wait_for_load_state("networkidle")
         asked = {path.split("?")[0] for path in canary.requests}
         assert "/pixel.gif" in asked
-        assert not asked & {"/script.js", "/field.js", "/frame", "/object", "/embed", "/form", "/refresh",
+        assert not asked & {"/script.js", "/field.js", "/frame", "/object", "/embed", "/form", "/refresh", "/prefetch",
                             "/subject.gif", "/name.gif", "/header.gif", "/meta.gif", "/key.gif", "/reply.gif"}
         await frame.locator("#send").click()
         await page.wait_for_load_state("networkidle")

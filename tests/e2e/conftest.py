@@ -7,11 +7,13 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -67,3 +69,15 @@ def base_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("OUTBOX_MAILER_")}
     env.update(extra)
     return env
+
+
+def wait_until_serving(proc: subprocess.Popen[str], base: str, timeout: float = 30) -> None:
+    """Until ``base``/healthz answers (the console, the receiver); fails when ``proc`` exits first."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            httpx.get(base + "/healthz", timeout=1)
+            return
+        except httpx.TransportError:
+            assert proc.poll() is None and time.monotonic() < deadline, f"nothing serves {base}"
+            time.sleep(0.1)

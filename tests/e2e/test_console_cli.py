@@ -7,12 +7,11 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import time
 
 import httpx
 import pytest
 
-from tests.e2e.conftest import Installed, base_env
+from tests.e2e.conftest import Installed, base_env, wait_until_serving
 from tests.smtp_server import free_port
 
 
@@ -59,14 +58,7 @@ def test_the_console_command_serves_its_pages_and_assets(installed: Installed, e
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                httpx.get(base + "/healthz", timeout=1)
-                break
-            except httpx.TransportError:
-                assert proc.poll() is None and time.monotonic() < deadline, "the console did not start"
-                time.sleep(0.1)
+        wait_until_serving(proc, base)
         with httpx.Client(base_url=base, headers={"Origin": base}) as client:
             token = re.search(r'name="csrf_token" value="([^"]+)"', client.get("/login").text).group(1)  # type: ignore[union-attr]
             signed = client.post("/login", data={"username": "olga", "password": "a long passphrase",

@@ -12,7 +12,7 @@
   }
   function refresh() {
     if (busy() || document.hidden) { return schedule(); }
-    fetch(window.location.href, { credentials: "same-origin", headers: { "Accept": "text/html" } })
+    fetch(window.location.href, { credentials: "same-origin", headers: { "Accept": "text/html", "X-Console-Refresh": "1" } })
       .then(function (response) {
         if (!response.ok || response.redirected) { throw new Error("status " + response.status); }
         return response.text();
