@@ -18,15 +18,15 @@ library's errors there. Adding a provider: one module under ``api/`` and one
 entry in :data:`~.registry.PROVIDERS` (see :mod:`.registry`).
 
 This face imports only pure modules (no client library, no settings): the
-settings (:mod:`outbox_mailer.config`) read :mod:`.registry`, and the edges
+settings (:mod:`outbox_mailer.settings.config`) read :mod:`.registry`, and the edges
 read the settings, so the factory is imported from :mod:`.factory`, not here.
 """
 
 from __future__ import annotations
 
-from .api.provider import ApiRequest, ApiResponse, Provider
-from .registry import API_PROVIDERS, PROVIDERS, TRANSPORT_KINDS
-from .seam import (
+from ..providers.provider import ApiRequest, ApiResponse, Provider
+from ..providers.registry import API_PROVIDERS, PROVIDERS, TRANSPORT_KINDS
+from ..providers.seam import (
     AUTH_PAUSE_SECONDS,
     IDEMPOTENCY_WINDOW_SHARE,
     one_line,

@@ -34,13 +34,13 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from outbox_mailer.addresses import (
+from outbox_mailer.daemon.service import Daemon
+from outbox_mailer.daemon.transport_factory import build_transports
+from outbox_mailer.message.addresses import (
     allow_special_use_domains,
     special_use_domains_allowed,
 )
-from outbox_mailer.config import Settings
-from outbox_mailer.daemon import Daemon
-from outbox_mailer.transports.factory import build_transports
+from outbox_mailer.settings.config import Settings
 from tests.conftest import cloned_database
 from tests.e2e.chaos import Figures, figures  # noqa: F401  (fixture)
 from tests.integration.conftest import Running, insert, settings_for

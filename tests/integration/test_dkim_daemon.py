@@ -17,9 +17,9 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from outbox_mailer.daemon import Daemon
+from outbox_mailer.daemon.service import Daemon
+from outbox_mailer.daemon.transport_factory import build_transports
 from outbox_mailer.store import Store
-from outbox_mailer.transports.factory import build_transports
 from tests.integration.conftest import Running, insert, settings_for
 from tests.smtp_server import SmtpTestServer
 

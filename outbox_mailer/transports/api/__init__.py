@@ -12,6 +12,6 @@ settings can read the provider table without importing the HTTP client.
 
 from __future__ import annotations
 
-from .provider import ApiRequest, ApiResponse, Provider, ProviderOptions
+from ...providers.provider import ApiRequest, ApiResponse, Provider, ProviderOptions
 
 __all__ = ["ApiRequest", "ApiResponse", "Provider", "ProviderOptions"]
