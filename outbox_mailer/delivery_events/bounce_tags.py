@@ -20,7 +20,7 @@ readable.
 A tag verifies under the current key or ``OUTBOX_MAILER_BOUNCES__PREVIOUS_KEY`` (rotation), from its
 day until :data:`MAX_AGE_DAYS` later; a day ahead of today by more than one is refused. Anyone who
 received the message sees its envelope sender (the ``Return-Path`` header): a tag of index 0 proves
-the email, not which recipient; only a tag of index n proves recipient n (event_intake.py).
+the email, not which recipient; only a tag of index n proves recipient n (receiver/intake.py).
 """
 
 from __future__ import annotations

@@ -64,7 +64,7 @@ def suppression_for(kind: Kind, bounce_class: BounceClass | None, automatic: boo
 def event_counts(provider: str, delivery_id: int | None, address: str | None, recipients: Sequence[str],
                  proof: BounceTag | Unproven = Unproven.UNTAGGED) -> bool:
     """Whether an event suppresses and sets its row's delivery_event (the trust model of
-    event_intake.py): a provider's (its webhook is authenticated) always; a bounce by mail (provider
+    receiver/intake.py): a provider's (its webhook is authenticated) always; a bounce by mail (provider
     ``smtp``) only when it proves we sent that row to ``address``: the envelope recipient's tag
     (``proof``) names that recipient, or, without a recipient's tag, ``address`` is the row's only
     recipient (anyone who got one of our emails could quote its Message-ID, To and Cc). A tag that

@@ -8,7 +8,7 @@ unencrypted RSA key of at least 1024 bits (PKCS#1 or PKCS#8), is parsed at start
 A signature is ``a=rsa-sha256; c=relaxed/relaxed``, ``h=`` the fields of :data:`SIGNED_HEADERS` the message has
 (top to bottom; no From, no signature), ``bh=`` over the whole body, no ``l=`` or ``x=``, and ``t=`` the message's
 own Date rather than the clock: the same composed message always gets the same signature, on any host at any
-time (a retry composes a new Date). The SMTP transports alone sign (transports/factory.py gives them the
+time (a retry composes a new Date). The SMTP transports alone sign (daemon/transport_factory.py gives them the
 signer), once per send, before the first byte goes out, checking the size limit on the signed bytes; provider
 APIs take JSON fields and sign with the keys of the account's domain.
 

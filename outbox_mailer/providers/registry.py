@@ -6,7 +6,7 @@ no settings, so :mod:`outbox_mailer.settings.config` builds its settings from it
 default base URL and rate, whether it needs ``api_key`` or ``url``), and
 :mod:`outbox_mailer.daemon.transport_factory` builds transports from it.
 
-Adding a provider: write one pure module under :mod:`outbox_mailer.transports.api`
+Adding a provider: write one pure module in this package (:mod:`outbox_mailer.providers`)
 with a class that satisfies :class:`~outbox_mailer.providers.provider.Provider`
 (its class attributes are its settings: ``kind``, ``default_base_url``,
 ``default_rate_per_second``, ``idempotency_window_seconds``; with a batch endpoint

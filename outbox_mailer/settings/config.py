@@ -56,7 +56,7 @@ from .names import refuse_unknown_names
 ENV_PREFIX = "OUTBOX_MAILER_"
 TLS_DEFAULT_PORTS = {"none": 25, "starttls": 587, "implicit": 465}
 
-# Upper bounds of the numeric settings (with limit_settings.py's): generous for any real
+# Upper bounds of the numeric settings (with settings/limits.py's): generous for any real
 # deployment, small enough that no timer, sleep or timestamp computed from them can overflow.
 MAX_RETENTION_DAYS = 3650.0  # ten years
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024
@@ -123,7 +123,7 @@ class SmtpTransportSettings(SmtpSettings):
     kind: Literal["smtp"]
 
 
-# Every provider kind is an entry of transports/registry.py (its class says its default base URL and rate).
+# Every provider kind is an entry of providers/registry.py (its class says its default base URL and rate).
 API_DEFAULT_BASE_URLS = {kind: p.default_base_url for kind, p in API_PROVIDERS.items() if p.default_base_url}
 ApiKind = Literal[tuple(API_PROVIDERS)]  # type: ignore[valid-type]  # "resend", "postmark", "sendgrid", "http"
 _IN_HOUSE_KINDS = " or ".join(repr(kind) for kind in API_PROVIDERS if in_house(kind))

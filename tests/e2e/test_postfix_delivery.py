@@ -3,7 +3,7 @@
 
 One private Postfix (tests/postfix.py: STARTTLS with a throwaway CA, PIPELINING, SIZE 200000,
 SMTPUTF8, virtual Maildirs) serves the whole module; one daemon (built as ``run`` builds it:
-transports/factory.py) sends the plain rows over STARTTLS trusting the CA file, a second one with
+daemon/transport_factory.py) sends the plain rows over STARTTLS trusting the CA file, a second one with
 ``OUTBOX_MAILER_DKIM__*`` set sends the signed row. Each delivered copy is read back from the
 Maildir with the standard library and compared with its row (addresses, subject, Message-ID,
 bodies, attachment bytes, the queue id in ``provider_message_id``), and scored with SpamAssassin

@@ -1,5 +1,5 @@
 """DKIM end to end: the daemon, with OUTBOX_MAILER_DKIM__* set and its transports built as `run` builds them
-(transports/factory.py), sends rows to the test SMTP server, and what the server received verifies against the
+(daemon/transport_factory.py), sends rows to the test SMTP server, and what the server received verifies against the
 public key with dkimpy's verifier (DNS answered by a stub: no network)."""
 
 from __future__ import annotations

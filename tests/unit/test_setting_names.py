@@ -1,5 +1,5 @@
 """A variable, .env entry or credential file that names no setting is refused, with the closest
-known name (setting_names.py); every name the docs and examples use is known."""
+known name (settings/names.py); every name the docs and examples use is known."""
 
 from __future__ import annotations
 
