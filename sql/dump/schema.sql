@@ -1,0 +1,1515 @@
+-- The schema of outbox-mailer after every migration in sql/, as pg_dump --schema-only (PostgreSQL 15) writes it.
+-- Generated: do not edit; regenerate with `python -m tests.schema_dump --write` after adding a migration.
+-- For reading only: never apply this file, with outbox-mailer migrate or any migration tool;
+-- the schema is the numbered migrations in sql/.
+
+--
+-- PostgreSQL database dump
+--
+
+SET statement_timeout = 0;
+SET lock_timeout = 0;
+SET idle_in_transaction_session_timeout = 0;
+SET client_encoding = 'UTF8';
+SET standard_conforming_strings = on;
+SELECT pg_catalog.set_config('search_path', '', false);
+SET check_function_bodies = false;
+SET xmloption = content;
+SET client_min_messages = warning;
+SET row_security = off;
+
+--
+-- Name: email_console_act(bytea, text, text[], text, integer, jsonb); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.email_console_act(session bytea, action text, keys text[], outcome text, default_attempts integer, detail jsonb) RETURNS SETOF text
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO '$user', 'public'
+    AS $$
+DECLARE
+    actor text := email_console_operator(session);
+    done text[];
+BEGIN
+    IF action = 'retry' THEN
+        done := ARRAY(SELECT email_delivery_retry(keys, NULL, default_attempts));
+    ELSIF action = 'cancel' THEN
+        done := ARRAY(SELECT email_delivery_cancel(keys));
+    ELSIF action = 'resolve' AND cardinality(keys) = 1 THEN
+        done := ARRAY(SELECT email_delivery_resolve(keys[1], outcome));
+    ELSE
+        RAISE EXCEPTION 'no such action: %', action USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    INSERT INTO email_operator_actions (actor, action, dedupe_key, detail)
+    SELECT actor, action, k, coalesce(detail, '{}') FROM unnest(done) AS k;
+    RETURN QUERY SELECT unnest(done);
+END;
+$$;
+
+
+--
+-- Name: email_console_operator(bytea); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.email_console_operator(session bytea) RETURNS text
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path TO '$user', 'public'
+    AS $$
+DECLARE
+    actor text;
+BEGIN
+    SELECT s.user_name INTO actor FROM email_console_sessions s
+    WHERE s.token_hash = session AND s.role = 'operator'
+      AND (s.by_proxy OR EXISTS (SELECT 1 FROM email_console_users u WHERE u.name = s.user_name AND u.role = s.role));
+    IF actor IS NULL THEN
+        RAISE EXCEPTION 'not the session of an operator' USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    RETURN actor;
+END;
+$$;
+
+
+--
+-- Name: email_console_password_hash(text); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.email_console_password_hash(user_name text) RETURNS text
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO '$user', 'public'
+    AS $$
+    SELECT password_hash FROM email_console_users WHERE name = user_name;
+$$;
+
+
+--
+-- Name: email_console_suppress(bytea, text, text, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.email_console_suppress(session bytea, address text, reason text, expires_at timestamp with time zone) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO '$user', 'public'
+    AS $$
+DECLARE
+    actor text := email_console_operator(session);
+BEGIN
+    PERFORM email_suppress(address, reason, 'operator', expires_at);
+    INSERT INTO email_operator_actions (actor, action, address, detail)
+    VALUES (actor, 'suppress', address, jsonb_build_object('reason', reason, 'expires_at', expires_at));
+END;
+$$;
+
+
+--
+-- Name: email_console_unsuppress(bytea, text); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.email_console_unsuppress(session bytea, address text) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO '$user', 'public'
+    AS $$
+DECLARE
+    actor text := email_console_operator(session);
+BEGIN
+    DELETE FROM email_suppressions s WHERE s.address = email_console_unsuppress.address;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    INSERT INTO email_operator_actions (actor, action, address) VALUES (actor, 'unsuppress', address);
+    RETURN true;
+END;
+$$;
+
+
+--
+-- Name: email_deliveries_check_content(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.email_deliveries_check_content() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $_$
+BEGIN
+    NEW.content_bytes := email_deliveries_checked_size(NEW);
+    IF email_deliveries_control_character(concat_ws(' ', NEW.subject, NEW.from_address, NEW.reply_to,
+              array_to_string(NEW.to_addresses, ' '), array_to_string(NEW.cc_addresses, ' '),
+              array_to_string(NEW.bcc_addresses, ' '))) IS NOT NULL
+       OR (NEW.headers <> '{}'::jsonb AND jsonb_path_exists(NEW.headers,
+              'strict $.keyvalue() ? (!(@.key like_regex "^[!-9;-~]{1,76}$") || @.value.type() != "string"
+                                      || @.value like_regex "[\x01-\x1f\x7f-\x9f\u2028\u2029]")'))
+       OR (NEW.attachments <> '[]'::jsonb AND (
+              jsonb_path_exists(NEW.attachments,
+                  'strict $[*] ? (@.type() != "object" || @.filename.type() != "string"
+                                  || @.content_type.type() != "string" || @.content_base64.type() != "string"
+                                  || @.filename like_regex "[\x01-\x1f\x7f-\x9f\u2028\u2029]"
+                                  || exists(@.keyvalue() ? (@.key != "filename" && @.key != "content_type"
+                                                           && @.key != "content_base64")))')
+              -- a missing key, which strict mode cannot test for
+              OR jsonb_path_exists(NEW.attachments,
+                  'lax $[*] ? (!exists(@.filename) || !exists(@.content_type) || !exists(@.content_base64))')))
+    THEN
+        PERFORM email_deliveries_refuse_hostile(NEW.subject, NEW.from_address, NEW.reply_to, NEW.to_addresses,
+            NEW.cc_addresses, NEW.bcc_addresses, NEW.headers, NEW.attachments);
+    END IF;
+    RETURN NEW;
+END;
+$_$;
+
+
+SET default_tablespace = '';
+
+SET default_table_access_method = heap;
+
+--
+-- Name: email_deliveries; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.email_deliveries (
+    id bigint NOT NULL,
+    dedupe_key text NOT NULL,
+    from_address text,
+    to_addresses text[] NOT NULL,
+    cc_addresses text[] DEFAULT '{}'::text[] NOT NULL,
+    bcc_addresses text[] DEFAULT '{}'::text[] NOT NULL,
+    reply_to text,
+    subject text NOT NULL,
+    text_body text,
+    html_body text,
+    headers jsonb DEFAULT '{}'::jsonb NOT NULL,
+    attachments jsonb DEFAULT '[]'::jsonb NOT NULL,
+    metadata jsonb DEFAULT '{}'::jsonb NOT NULL,
+    transport text,
+    priority smallint DEFAULT 0 NOT NULL,
+    scheduled_at timestamp with time zone DEFAULT now() NOT NULL,
+    expires_at timestamp with time zone,
+    max_attempts integer,
+    attempts integer DEFAULT 0 NOT NULL,
+    last_error text,
+    provider_message_id text,
+    sent_at timestamp with time zone,
+    claim_token uuid,
+    claimed_at timestamp with time zone,
+    claimed_by text,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    first_attempt_at timestamp with time zone,
+    scrubbed_at timestamp with time zone,
+    content_bytes bigint,
+    retry_recipients text[],
+    refused_recipients text[] DEFAULT '{}'::text[] NOT NULL,
+    status text DEFAULT 'pending'::text NOT NULL,
+    message_id text,
+    delivery_event text,
+    delivery_event_at timestamp with time zone,
+    ignore_suppressions boolean DEFAULT false NOT NULL,
+    CONSTRAINT email_deliveries_attempts_valid CHECK (((attempts >= 0) AND ((max_attempts IS NULL) OR (max_attempts >= 1)))),
+    CONSTRAINT email_deliveries_claimed_iff_sending CHECK (((status = 'sending'::text) = ((claim_token IS NOT NULL) AND (claimed_at IS NOT NULL)))),
+    CONSTRAINT email_deliveries_delivery_event_valid CHECK ((delivery_event = ANY (ARRAY['delivered'::text, 'delayed'::text, 'bounced'::text, 'complained'::text]))),
+    CONSTRAINT email_deliveries_scheduled_at_range CHECK (((scheduled_at >= '1900-01-01 00:00:00+00'::timestamp with time zone) AND (scheduled_at < '9999-01-01 00:00:00+00'::timestamp with time zone))),
+    CONSTRAINT email_deliveries_sent_iff_sent_at CHECK (((status = 'sent'::text) = (sent_at IS NOT NULL))),
+    CONSTRAINT email_deliveries_status_valid CHECK ((status = ANY (ARRAY['pending'::text, 'sending'::text, 'sent'::text, 'failed'::text, 'cancelled'::text, 'in_doubt'::text]))),
+    CONSTRAINT email_deliveries_updated_at_range CHECK (((updated_at >= '1900-01-01 00:00:00+00'::timestamp with time zone) AND (updated_at < '9999-01-01 00:00:00+00'::timestamp with time zone)))
+)
+WITH (autovacuum_vacuum_scale_factor='0.01', autovacuum_vacuum_threshold='1000', autovacuum_vacuum_insert_scale_factor='0.05', autovacuum_analyze_scale_factor='0.02', autovacuum_vacuum_cost_delay='1', fillfactor='50');
+
+
+--
+-- Name: TABLE email_deliveries; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.email_deliveries IS 'outbox-mailer: one row per email. Applications INSERT (ON CONFLICT (dedupe_key) DO NOTHING) and SELECT; the daemon owns status.';
+
+
+--
+-- Name: COLUMN email_deliveries.first_attempt_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.email_deliveries.first_attempt_at IS 'daemon-owned: when the first attempt was claimed (start of the provider''s idempotency-key window)';
+
+
+--
+-- Name: COLUMN email_deliveries.scrubbed_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.email_deliveries.scrubbed_at IS 'daemon-owned: when prune removed the bodies, attachments and custom headers';
+
+
+--
+-- Name: COLUMN email_deliveries.content_bytes; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.email_deliveries.content_bytes IS 'db-owned (trigger): octets of the row''s content; rows over the daemon''s max_message_bytes fail unread';
+
+
+--
+-- Name: COLUMN email_deliveries.retry_recipients; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.email_deliveries.retry_recipients IS 'daemon-owned: envelope recipients the next attempt sends to (null = all); set after a partial refusal';
+
+
+--
+-- Name: COLUMN email_deliveries.refused_recipients; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.email_deliveries.refused_recipients IS 'daemon-owned: envelope recipients that will not get this email; status sent with {} = every recipient got it';
+
+
+--
+-- Name: COLUMN email_deliveries.message_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.email_deliveries.message_id IS 'The Message-ID header the daemon sends, written by the first claim';
+
+
+--
+-- Name: COLUMN email_deliveries.delivery_event; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.email_deliveries.delivery_event IS 'Latest delivery event reported for the row (delivered, delayed, bounced, complained); null while unknown';
+
+
+--
+-- Name: COLUMN email_deliveries.ignore_suppressions; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.email_deliveries.ignore_suppressions IS 'Application-owned: send even to suppressed addresses';
+
+
+--
+-- Name: email_deliveries_checked_size(public.email_deliveries); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.email_deliveries_checked_size(d public.email_deliveries) RETURNS bigint
+    LANGUAGE plpgsql
+    AS $_$
+DECLARE
+    field text;
+    doc jsonb;
+BEGIN
+    -- in the order PostgreSQL evaluated these CHECK constraints (by name)
+    IF NOT (array_ndims(d.to_addresses) = 1 AND coalesce(array_ndims(d.cc_addresses), 1) = 1
+            AND coalesce(array_ndims(d.bcc_addresses), 1) = 1) THEN
+        PERFORM email_deliveries_refuse('email_deliveries_addresses_flat');
+    END IF;
+    IF jsonb_typeof(d.attachments) <> 'array' THEN
+        PERFORM email_deliveries_refuse('email_deliveries_attachments_array');
+    END IF;
+    IF array_position(d.cc_addresses, NULL) IS NOT NULL OR array_position(d.bcc_addresses, NULL) IS NOT NULL THEN
+        PERFORM email_deliveries_refuse('email_deliveries_cc_bcc_no_nulls');
+    END IF;
+    IF NOT (d.created_at >= '1900-01-01 00:00+00' AND d.created_at < '9999-01-01 00:00+00') THEN
+        PERFORM email_deliveries_refuse('email_deliveries_created_at_range');
+    END IF;
+    IF NOT (char_length(d.dedupe_key) BETWEEN 1 AND 255 AND d.dedupe_key !~ '[[:cntrl:]]') THEN
+        PERFORM email_deliveries_refuse('email_deliveries_dedupe_key_valid');
+    END IF;
+    IF NOT (d.expires_at IS NULL OR d.expires_at = 'infinity'
+            OR (d.expires_at >= '1900-01-01 00:00+00' AND d.expires_at < '9999-01-01 00:00+00')) THEN
+        PERFORM email_deliveries_refuse('email_deliveries_expires_at_range');
+    END IF;
+    IF d.text_body IS NULL AND d.html_body IS NULL THEN
+        PERFORM email_deliveries_refuse('email_deliveries_has_body');
+    END IF;
+    IF NOT (cardinality(d.to_addresses) >= 1 AND array_position(d.to_addresses, NULL) IS NULL) THEN
+        PERFORM email_deliveries_refuse('email_deliveries_has_recipient');
+    END IF;
+    IF jsonb_typeof(d.headers) <> 'object' THEN
+        PERFORM email_deliveries_refuse('email_deliveries_headers_object');
+    END IF;
+    IF jsonb_typeof(d.metadata) <> 'object' THEN
+        PERFORM email_deliveries_refuse('email_deliveries_metadata_object');
+    END IF;
+    IF NOT (d.transport IS NULL OR (char_length(d.transport) BETWEEN 1 AND 64 AND d.transport !~ '[[:cntrl:]]')) THEN
+        PERFORM email_deliveries_refuse('email_deliveries_transport_valid');
+    END IF;
+    FOREACH field IN ARRAY ARRAY['headers', 'attachments', 'metadata'] LOOP
+        doc := CASE field WHEN 'headers' THEN d.headers WHEN 'attachments' THEN d.attachments
+                          ELSE d.metadata END;
+        IF jsonb_path_exists(doc, 'strict $.**{33 to last}') THEN
+            RAISE EXCEPTION 'email_deliveries.%: JSON nested more than 32 levels deep', field
+                USING ERRCODE = 'check_violation', CONSTRAINT = 'email_deliveries_json_depth',
+                      TABLE = 'email_deliveries', COLUMN = field;
+        END IF;
+        IF jsonb_path_exists(doc, 'strict $.** ? (@.type() == "number" && (@ > 1e300 || @ < -1e300))') THEN
+            RAISE EXCEPTION 'email_deliveries.%: a JSON number beyond +/-1e300 (no double holds it)', field
+                USING ERRCODE = 'check_violation', CONSTRAINT = 'email_deliveries_json_numbers',
+                      TABLE = 'email_deliveries', COLUMN = field;
+        END IF;
+    END LOOP;
+    RETURN octet_length(d.subject)
+        + coalesce(octet_length(d.text_body), 0) + coalesce(octet_length(d.html_body), 0)
+        + coalesce(octet_length(array_to_string(d.to_addresses, ' ')), 0)
+        + coalesce(octet_length(array_to_string(d.cc_addresses, ' ')), 0)
+        + coalesce(octet_length(array_to_string(d.bcc_addresses, ' ')), 0)
+        + coalesce(octet_length(d.headers::text), 0)
+        + coalesce(octet_length(d.attachments::text), 0)
+        + coalesce(octet_length(d.metadata::text), 0);
+END;
+$_$;
+
+
+--
+-- Name: email_deliveries_control_character(text); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.email_deliveries_control_character(value text) RETURNS text
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    AS $$
+    SELECT substring(value FROM '[\x01-\x1f\x7f-\x9f\u2028\u2029]')
+$$;
+
+
+--
+-- Name: email_deliveries_describe_control(text); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.email_deliveries_describe_control(value text) RETURNS text
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    AS $$
+    SELECT 'the control character U+' || lpad(upper(to_hex(ascii(c))), 4, '0')
+           || ' at position ' || strpos(value, c)
+    FROM (SELECT email_deliveries_control_character(value) AS c) AS found
+$$;
+
+
+--
+-- Name: email_deliveries_drop_followers(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.email_deliveries_drop_followers() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO '$user', 'public'
+    AS $$
+BEGIN
+    IF TG_OP = 'TRUNCATE' THEN
+        -- each is empty already when the same TRUNCATE named it too (it may not be truncated twice)
+        IF EXISTS (SELECT 1 FROM email_queue) THEN
+            TRUNCATE email_queue;
+        END IF;
+        IF EXISTS (SELECT 1 FROM email_delivery_attempts) THEN
+            TRUNCATE email_delivery_attempts;
+        END IF;
+    ELSE
+        DELETE FROM email_queue q USING gone g WHERE q.delivery_id = g.id;
+        DELETE FROM email_delivery_attempts a USING gone g WHERE a.delivery_id = g.id;
+    END IF;
+    RETURN NULL;
+END;
+$$;
+
+
+--
+-- Name: email_deliveries_notify(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.email_deliveries_notify() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO '$user', 'public'
+    AS $$
+BEGIN
+    INSERT INTO email_queue (delivery_id, priority, scheduled_at, transport)
+    SELECT id, priority, scheduled_at, transport
+    FROM new_rows WHERE status = 'pending';
+    IF EXISTS (SELECT 1 FROM new_rows WHERE status = 'pending' AND scheduled_at <= now()) THEN
+        PERFORM pg_notify('outbox_mailer', '');
+    END IF;
+    RETURN NULL;
+END;
+$$;
+
+
+--
+-- Name: email_deliveries_notify_requeued(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.email_deliveries_notify_requeued() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM pg_notify('outbox_mailer', '');
+    RETURN NULL;
+END;
+$$;
+
+
+--
+-- Name: email_deliveries_recheck_content(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.email_deliveries_recheck_content() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM email_deliveries_refuse_hostile(
+        CASE WHEN NEW.subject IS DISTINCT FROM OLD.subject THEN NEW.subject END,
+        CASE WHEN NEW.from_address IS DISTINCT FROM OLD.from_address THEN NEW.from_address END,
+        CASE WHEN NEW.reply_to IS DISTINCT FROM OLD.reply_to THEN NEW.reply_to END,
+        CASE WHEN NEW.to_addresses IS DISTINCT FROM OLD.to_addresses THEN NEW.to_addresses END,
+        CASE WHEN NEW.cc_addresses IS DISTINCT FROM OLD.cc_addresses THEN NEW.cc_addresses END,
+        CASE WHEN NEW.bcc_addresses IS DISTINCT FROM OLD.bcc_addresses THEN NEW.bcc_addresses END,
+        CASE WHEN NEW.headers IS DISTINCT FROM OLD.headers THEN NEW.headers END,
+        CASE WHEN NEW.attachments IS DISTINCT FROM OLD.attachments THEN NEW.attachments END);
+    UPDATE email_deliveries SET content_bytes = email_deliveries_checked_size(NEW) WHERE id = NEW.id;
+    RETURN NULL;
+END;
+$$;
+
+
+--
+-- Name: email_deliveries_refuse(text); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.email_deliveries_refuse(constraint_name text) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    RAISE EXCEPTION 'new row for relation "email_deliveries" violates check constraint "%"', constraint_name
+        USING ERRCODE = 'check_violation', CONSTRAINT = constraint_name, TABLE = 'email_deliveries';
+END;
+$$;
+
+
+--
+-- Name: email_deliveries_refuse_field(text, text, text); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.email_deliveries_refuse_field(constraint_name text, column_name text, detail text) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    RAISE EXCEPTION 'new row for relation "email_deliveries" violates check constraint "%"', constraint_name
+        USING ERRCODE = 'check_violation', CONSTRAINT = constraint_name, TABLE = 'email_deliveries',
+              COLUMN = column_name, DETAIL = detail;
+END;
+$$;
+
+
+--
+-- Name: email_deliveries_refuse_hostile(text, text, text, text[], text[], text[], jsonb, jsonb); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.email_deliveries_refuse_hostile(p_subject text, p_from_address text, p_reply_to text, p_to_addresses text[], p_cc_addresses text[], p_bcc_addresses text[], p_headers jsonb, p_attachments jsonb) RETURNS void
+    LANGUAGE plpgsql
+    AS $_$
+DECLARE
+    field text;
+    item text;
+    items text[];
+    i integer;
+    header_name text;
+    header_value jsonb;
+    entry jsonb;
+    key_count bigint;
+BEGIN
+    IF email_deliveries_control_character(p_subject) IS NOT NULL THEN
+        PERFORM email_deliveries_refuse_field('email_deliveries_subject_no_control_chars', 'subject',
+            'subject holds ' || email_deliveries_describe_control(p_subject));
+    END IF;
+    IF email_deliveries_control_character(p_from_address) IS NOT NULL THEN
+        PERFORM email_deliveries_refuse_field('email_deliveries_from_address_no_control_chars', 'from_address',
+            'from_address holds ' || email_deliveries_describe_control(p_from_address));
+    END IF;
+    IF email_deliveries_control_character(p_reply_to) IS NOT NULL THEN
+        PERFORM email_deliveries_refuse_field('email_deliveries_reply_to_no_control_chars', 'reply_to',
+            'reply_to holds ' || email_deliveries_describe_control(p_reply_to));
+    END IF;
+    -- Addresses: one regular expression over the joined elements; each element only on a match.
+    FOREACH field IN ARRAY ARRAY['to_addresses', 'cc_addresses', 'bcc_addresses'] LOOP
+        items := CASE field WHEN 'to_addresses' THEN p_to_addresses WHEN 'cc_addresses' THEN p_cc_addresses
+                            ELSE p_bcc_addresses END;
+        IF email_deliveries_control_character(array_to_string(items, ' ')) IS NOT NULL THEN
+            i := 0;
+            FOREACH item IN ARRAY items LOOP
+                IF email_deliveries_control_character(item) IS NOT NULL THEN
+                    PERFORM email_deliveries_refuse_field('email_deliveries_' || field || '_no_control_chars', field,
+                        field || '[' || i || '] holds ' || email_deliveries_describe_control(item));
+                END IF;
+                i := i + 1;
+            END LOOP;
+        END IF;
+    END LOOP;
+    -- headers: an object (schema 8's check ran before); its names and values.
+    IF p_headers <> '{}'::jsonb THEN
+        FOR header_name, header_value IN SELECT h.key, h.value FROM jsonb_each(p_headers) AS h LOOP
+            IF header_name !~ '^[!-9;-~]{1,76}$' THEN
+                PERFORM email_deliveries_refuse_field('email_deliveries_header_names_valid', 'headers',
+                    'header name ' || to_jsonb(header_name)::text
+                    || ': 1-76 printable ASCII characters, no colon or space');
+            END IF;
+            IF jsonb_typeof(header_value) <> 'string' THEN
+                PERFORM email_deliveries_refuse_field('email_deliveries_header_values_strings', 'headers',
+                    'headers.' || header_name || ' is a JSON ' || jsonb_typeof(header_value) || ', not a string');
+            END IF;
+            IF email_deliveries_control_character(header_value #>> '{}') IS NOT NULL THEN
+                PERFORM email_deliveries_refuse_field('email_deliveries_header_values_no_control_chars', 'headers',
+                    'headers.' || header_name || ' holds '
+                    || email_deliveries_describe_control(header_value #>> '{}'));
+            END IF;
+        END LOOP;
+    END IF;
+    -- attachments: an array (schema 8's check ran before) of {filename, content_type, content_base64}.
+    IF p_attachments <> '[]'::jsonb THEN
+        i := 0;
+        FOR entry IN SELECT a.value FROM jsonb_array_elements(p_attachments) AS a LOOP
+            IF jsonb_typeof(entry) <> 'object' THEN
+                PERFORM email_deliveries_refuse_field('email_deliveries_attachments_entries_object', 'attachments',
+                    'attachments[' || i || '] is a JSON ' || jsonb_typeof(entry) || ', not an object');
+            END IF;
+            IF NOT entry ?& ARRAY['filename', 'content_type', 'content_base64'] THEN
+                PERFORM email_deliveries_refuse_field('email_deliveries_attachments_entries_keys', 'attachments',
+                    'attachments[' || i || '] has no ' || (
+                        SELECT string_agg(k, ', ' ORDER BY k)
+                        FROM unnest(ARRAY['content_base64', 'content_type', 'filename']) AS k
+                        WHERE NOT entry ? k));
+            END IF;
+            key_count := (SELECT count(*) FROM jsonb_object_keys(entry));
+            IF key_count <> 3 THEN
+                PERFORM email_deliveries_refuse_field('email_deliveries_attachments_entries_keys', 'attachments',
+                    'attachments[' || i || '] has unknown keys: ' || (
+                        SELECT string_agg(to_jsonb(k)::text, ', ' ORDER BY k)
+                        FROM jsonb_object_keys(entry) AS k
+                        WHERE k NOT IN ('filename', 'content_type', 'content_base64')));
+            END IF;
+            FOREACH field IN ARRAY ARRAY['content_base64', 'content_type', 'filename'] LOOP
+                IF jsonb_typeof(entry -> field) <> 'string' THEN
+                    PERFORM email_deliveries_refuse_field('email_deliveries_attachments_entries_strings', 'attachments',
+                        'attachments[' || i || '].' || field || ' is a JSON ' || jsonb_typeof(entry -> field)
+                        || ', not a string');
+                END IF;
+            END LOOP;
+            IF email_deliveries_control_character(entry ->> 'filename') IS NOT NULL THEN
+                PERFORM email_deliveries_refuse_field('email_deliveries_attachments_filename_no_control_chars',
+                    'attachments', 'attachments[' || i || '].filename holds '
+                    || email_deliveries_describe_control(entry ->> 'filename'));
+            END IF;
+            i := i + 1;
+        END LOOP;
+    END IF;
+END;
+$_$;
+
+
+--
+-- Name: email_deliveries_sync_queue(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.email_deliveries_sync_queue() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO '$user', 'public'
+    AS $$
+BEGIN
+    IF NEW.status IN ('pending', 'sending') THEN
+        INSERT INTO email_queue (delivery_id, priority, scheduled_at, transport, claimed_at)
+        VALUES (NEW.id, NEW.priority, NEW.scheduled_at, NEW.transport,
+                CASE WHEN NEW.status = 'sending' THEN NEW.claimed_at END)
+        ON CONFLICT (delivery_id) DO UPDATE
+            SET priority = EXCLUDED.priority, scheduled_at = EXCLUDED.scheduled_at,
+                transport = EXCLUDED.transport, claimed_at = EXCLUDED.claimed_at, batch_id = NULL;
+    ELSE
+        DELETE FROM email_queue WHERE delivery_id = NEW.id;
+    END IF;
+    RETURN NULL;
+END;
+$$;
+
+
+--
+-- Name: email_delivery_cancel(text[]); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.email_delivery_cancel(keys text[]) RETURNS SETOF text
+    LANGUAGE sql
+    AS $$
+    -- only pending rows: a row being sent is not cancelled under the sender
+    UPDATE email_deliveries SET status = 'cancelled', last_error = 'cancelled by operator', updated_at = now()
+    WHERE dedupe_key = ANY (keys) AND status = 'pending'
+    RETURNING dedupe_key;
+$$;
+
+
+--
+-- Name: email_delivery_resolve(text, text); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.email_delivery_resolve(key text, outcome text) RETURNS SETOF text
+    LANGUAGE sql
+    AS $$
+    -- an in_doubt row settled as 'sent' or 'failed' by an operator
+    UPDATE email_deliveries
+    SET status = outcome, sent_at = CASE WHEN outcome = 'sent' THEN now() END,
+        last_error = 'resolved as ' || outcome || ' by an operator; was: ' || coalesce(last_error, 'in doubt'),
+        updated_at = now()
+    WHERE dedupe_key = key AND status = 'in_doubt' AND outcome IN ('sent', 'failed')
+    RETURNING dedupe_key;
+$$;
+
+
+--
+-- Name: email_delivery_retry(text[], integer, integer); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.email_delivery_retry(keys text[], extra_attempts integer, default_attempts integer) RETURNS SETOF text
+    LANGUAGE sql
+    AS $$
+    -- back to pending now, with extra_attempts more tries (null: as many as the row's own
+    -- max_attempts, default_attempts when that is null); only failed, cancelled or in_doubt rows,
+    -- and never one whose content retention removed (it would go out as its subject alone)
+    UPDATE email_deliveries d
+    SET status = 'pending', scheduled_at = now(),
+        max_attempts = d.attempts + coalesce(extra_attempts, d.max_attempts, default_attempts),
+        last_error = NULL, updated_at = now()
+    WHERE d.dedupe_key = ANY (keys) AND d.status IN ('failed', 'cancelled', 'in_doubt') AND d.scrubbed_at IS NULL
+    RETURNING d.dedupe_key;
+$$;
+
+
+--
+-- Name: email_recipient_keys(text[], text[], text[]); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.email_recipient_keys(to_addresses text[], cc_addresses text[], bcc_addresses text[]) RETURNS text[]
+    LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+    AS $_$
+DECLARE
+    address text;
+    keys text[] := '{}';
+BEGIN
+    FOREACH address IN ARRAY to_addresses || cc_addresses || bcc_addresses LOOP
+        IF strpos(address, '<') > 0 THEN  -- "Name <local@domain>": the part in angle brackets
+            address := coalesce(substring(address FROM '<([^<>]*)>\s*$'), address);
+        END IF;
+        keys := keys || lower(btrim(address));
+    END LOOP;
+    RETURN keys;
+END;
+$_$;
+
+
+--
+-- Name: email_suppressions; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.email_suppressions (
+    address text NOT NULL,
+    reason text NOT NULL,
+    source text NOT NULL,
+    delivery_id bigint,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    expires_at timestamp with time zone,
+    address_form smallint DEFAULT 2 NOT NULL,
+    CONSTRAINT email_suppressions_address_normalised CHECK (((address = lower((address COLLATE "C"))) AND (address ~~ '%_@_%'::text) AND (address !~ '[<>[:space:]]'::text))),
+    CONSTRAINT email_suppressions_reason_valid CHECK ((reason = ANY (ARRAY['hard_bounce'::text, 'complaint'::text, 'unsubscribe'::text, 'manual'::text])))
+);
+
+
+--
+-- Name: COLUMN email_suppressions.address_form; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.email_suppressions.address_form IS '2: address in the envelope''s form (outbox_mailer/addresses.py); 1: written before schema 20, rewritten by migrate or the daemon''s start';
+
+
+--
+-- Name: email_suppress(text, text, text, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.email_suppress(address text, reason text, source text, expires_at timestamp with time zone) RETURNS SETOF public.email_suppressions
+    LANGUAGE sql
+    AS $_$
+    -- an existing suppression of the address is replaced
+    INSERT INTO email_suppressions (address, reason, source, expires_at) VALUES ($1, $2, $3, $4)
+    ON CONFLICT (address) DO UPDATE
+        SET reason = EXCLUDED.reason, source = EXCLUDED.source, expires_at = EXCLUDED.expires_at,
+            created_at = now(), delivery_id = NULL
+    RETURNING *;
+$_$;
+
+
+--
+-- Name: email_take_capacity(text, double precision, integer, integer, double precision, bigint, double precision, bigint, bigint, timestamp with time zone, double precision); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.email_take_capacity(p_transport text, p_rate double precision, p_burst integer, p_requests integer, p_horizon double precision, p_daily_limit bigint, p_window double precision, p_recipients bigint, p_returned bigint, p_returned_slot timestamp with time zone, p_recovery double precision) RETURNS TABLE(requests integer, first_in double precision, spacing double precision, tolerance double precision, recipients bigint, slot timestamp with time zone, slot_left double precision, used bigint, free_in double precision, rate double precision, throttles bigint)
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    lim email_transport_limits;
+    t timestamptz;
+    start timestamptz;
+    width double precision := p_window / 100;
+BEGIN
+    INSERT INTO email_transport_limits AS l (transport) VALUES (p_transport) ON CONFLICT DO NOTHING;
+    SELECT * INTO lim FROM email_transport_limits AS l WHERE l.transport = p_transport FOR UPDATE;
+    t := clock_timestamp();
+    requests := 0; first_in := 0; spacing := 0; tolerance := 0; recipients := 0; used := 0;
+    throttles := lim.throttles;
+    slot := to_timestamp(floor(extract(epoch FROM t) / width) * width);
+    slot_left := extract(epoch FROM slot - t) + width;
+    IF p_returned > 0 AND p_returned_slot IS NOT NULL THEN
+        UPDATE email_transport_usage AS u SET recipients = greatest(0, u.recipients - p_returned)
+         WHERE u.transport = p_transport AND u.slot_start = p_returned_slot;
+    END IF;
+    IF p_daily_limit IS NOT NULL THEN
+        SELECT coalesce(sum(u.recipients), 0) INTO used FROM email_transport_usage AS u
+         WHERE u.transport = p_transport
+           AND u.slot_start > t - make_interval(secs => p_window + u.slot_seconds);
+        recipients := least(p_recipients, greatest(0, p_daily_limit - used));
+        used := used + recipients;
+        IF recipients < p_recipients THEN
+            SELECT extract(epoch FROM min(u.slot_start + make_interval(secs => p_window + u.slot_seconds)) - t)
+              INTO free_in FROM email_transport_usage AS u
+             WHERE u.transport = p_transport AND u.recipients > 0
+               AND u.slot_start > t - make_interval(secs => p_window + u.slot_seconds);
+        END IF;
+    END IF;
+    IF p_rate IS NOT NULL THEN
+        rate := p_rate * least(1, lim.rate_share + greatest(0, extract(epoch FROM t - lim.share_at)) / p_recovery);
+        spacing := 1 / rate;
+        tolerance := (p_burst - 1) / p_rate;  -- at the configured rate: a lowered one never brings slots forward
+        start := greatest(lim.next_at, t);
+        first_in := extract(epoch FROM start - t) - tolerance;
+        first_in := greatest(first_in, coalesce(extract(epoch FROM lim.held_until - t), first_in));
+        IF p_requests > 0 AND recipients = p_recipients THEN
+            requests := least(p_requests, greatest(0, floor((p_horizon - first_in) / spacing) + 1))::integer;
+        END IF;
+        IF requests > 0 THEN
+            UPDATE email_transport_limits AS l SET next_at = start + make_interval(secs => requests * spacing)
+             WHERE l.transport = p_transport;
+        END IF;
+    ELSIF p_requests > 0 AND recipients = p_recipients THEN
+        requests := p_requests;
+    END IF;
+    IF requests > 0 OR recipients > 0 THEN
+        INSERT INTO email_transport_usage AS u (transport, slot_start, slot_seconds, requests, recipients)
+        VALUES (p_transport, slot, width, requests, recipients)
+        ON CONFLICT (transport, slot_start)
+        DO UPDATE SET requests = u.requests + excluded.requests, recipients = u.recipients + excluded.recipients;
+        DELETE FROM email_transport_usage AS u
+         WHERE u.transport = p_transport AND u.slot_start < t - make_interval(secs => p_window)
+           AND u.slot_start <= t - make_interval(secs => p_window + u.slot_seconds);
+    END IF;
+    RETURN NEXT;
+END $$;
+
+
+--
+-- Name: email_throttle_transport(text, double precision, double precision, double precision, double precision, double precision); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.email_throttle_transport(p_transport text, p_factor double precision, p_min_share double precision, p_hold double precision, p_recovery double precision, p_cooldown double precision) RETURNS TABLE(rate_share double precision, lowered boolean)
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    lim email_transport_limits;
+    t timestamptz;
+BEGIN
+    INSERT INTO email_transport_limits AS l (transport) VALUES (p_transport) ON CONFLICT DO NOTHING;
+    SELECT * INTO lim FROM email_transport_limits AS l WHERE l.transport = p_transport FOR UPDATE;
+    t := clock_timestamp();
+    rate_share := least(1, lim.rate_share + greatest(0, extract(epoch FROM t - lim.share_at)) / p_recovery);
+    lowered := lim.throttled_at IS NULL OR lim.throttled_at <= t - make_interval(secs => p_cooldown);
+    IF lowered THEN
+        rate_share := greatest(p_min_share, rate_share * p_factor);
+    END IF;
+    UPDATE email_transport_limits AS l
+       SET rate_share = email_throttle_transport.rate_share, share_at = t,
+           throttles = l.throttles + lowered::integer,
+           throttled_at = CASE WHEN lowered THEN t ELSE l.throttled_at END,
+           next_at = greatest(l.next_at, t + make_interval(secs => greatest(p_hold, 0))),
+           held_until = greatest(l.held_until, t + make_interval(secs => greatest(p_hold, 0)))
+     WHERE l.transport = p_transport;
+    RETURN NEXT;
+END $$;
+
+
+--
+-- Name: outbox_mailer_lock_key(text); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.outbox_mailer_lock_key(dedupe_key text) RETURNS bigint
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    RETURN hashtextextended(('outbox-mailer:'::text || dedupe_key), (0)::bigint);
+
+
+--
+-- Name: FUNCTION outbox_mailer_lock_key(dedupe_key text); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.outbox_mailer_lock_key(dedupe_key text) IS 'outbox-mailer: the session advisory-lock key a daemon holds while it sends the row with this dedupe key';
+
+
+--
+-- Name: outbox_mailer_suppression_address(text); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.outbox_mailer_suppression_address(address text) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $_$
+    SELECT lower(normalize(btrim(coalesce(substring(address FROM '<([^<>]*)>\s*$'), address)), NFC) COLLATE "C")
+$_$;
+
+
+--
+-- Name: email_batches; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.email_batches (
+    id bigint NOT NULL,
+    transport text NOT NULL,
+    idempotency_key text NOT NULL,
+    member_ids bigint[] NOT NULL,
+    sends integer DEFAULT 1 NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    recipients jsonb,
+    request_digest text,
+    CONSTRAINT email_batches_members CHECK ((cardinality(member_ids) >= 1))
+);
+
+
+--
+-- Name: TABLE email_batches; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.email_batches IS 'outbox-mailer (daemon-owned): provider batch requests, recorded before they are made; not an API.';
+
+
+--
+-- Name: COLUMN email_batches.recipients; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.email_batches.recipients IS 'outbox-mailer: each member''s To, Cc and Bcc as the batch request carried them (suppressed addresses left out)';
+
+
+--
+-- Name: COLUMN email_batches.request_digest; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.email_batches.request_digest IS 'outbox-mailer: SHA-256 of the batch request, checked before a rescuer resends it under the same key';
+
+
+--
+-- Name: email_batches_id_seq; Type: SEQUENCE; Schema: public; Owner: -
+--
+
+ALTER TABLE public.email_batches ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.email_batches_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+
+--
+-- Name: email_console_sessions; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.email_console_sessions (
+    token_hash bytea NOT NULL,
+    user_name text NOT NULL,
+    role text NOT NULL,
+    started_at timestamp with time zone DEFAULT now() NOT NULL,
+    seen_at timestamp with time zone DEFAULT now() NOT NULL,
+    by_proxy boolean DEFAULT false NOT NULL,
+    CONSTRAINT email_console_sessions_hash_valid CHECK ((octet_length(token_hash) = 32)),
+    CONSTRAINT email_console_sessions_role_valid CHECK ((role = ANY (ARRAY['viewer'::text, 'operator'::text])))
+);
+
+
+--
+-- Name: email_console_users; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.email_console_users (
+    name text NOT NULL,
+    role text NOT NULL,
+    password_hash text NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT email_console_users_hash_valid CHECK ((password_hash ~~ '$argon2%'::text)),
+    CONSTRAINT email_console_users_name_valid CHECK ((((char_length(name) >= 1) AND (char_length(name) <= 64)) AND (name !~ '[[:cntrl:][:space:]]'::text))),
+    CONSTRAINT email_console_users_role_valid CHECK ((role = ANY (ARRAY['viewer'::text, 'operator'::text])))
+);
+
+
+--
+-- Name: email_daemon_processes; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.email_daemon_processes (
+    boot_id uuid NOT NULL,
+    pid_ns text NOT NULL,
+    pid integer NOT NULL,
+    start_ticks bigint NOT NULL,
+    worker text NOT NULL,
+    seen_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+
+--
+-- Name: email_deliveries_id_seq; Type: SEQUENCE; Schema: public; Owner: -
+--
+
+ALTER TABLE public.email_deliveries ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.email_deliveries_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+
+--
+-- Name: email_delivery_attempts; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.email_delivery_attempts (
+    id bigint NOT NULL,
+    delivery_id bigint NOT NULL,
+    attempt integer NOT NULL,
+    started_at timestamp with time zone NOT NULL,
+    finished_at timestamp with time zone NOT NULL,
+    outcome text NOT NULL,
+    reply_code smallint,
+    enhanced_code text,
+    error text,
+    transport text NOT NULL,
+    worker text NOT NULL,
+    refused jsonb,
+    message_id text,
+    provider_message_id text,
+    reply text,
+    CONSTRAINT email_delivery_attempts_outcome_valid CHECK ((outcome = ANY (ARRAY['sent'::text, 'transient'::text, 'permanent'::text, 'ambiguous'::text]))),
+    CONSTRAINT email_delivery_attempts_time_order CHECK ((finished_at >= started_at))
+);
+
+
+--
+-- Name: COLUMN email_delivery_attempts.id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.email_delivery_attempts.id IS 'outbox-mailer: an identity, unique by construction; the primary key is (delivery_id, attempt, started_at) since schema 16';
+
+
+--
+-- Name: COLUMN email_delivery_attempts.refused; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.email_delivery_attempts.refused IS 'every recipient this attempt did not reach: [{"address", "reply_code", "message", "unknown"}]';
+
+
+--
+-- Name: COLUMN email_delivery_attempts.reply; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.email_delivery_attempts.reply IS 'the server''s final reply, one line (SMTP: the answer to the message body); null: none';
+
+
+--
+-- Name: email_delivery_attempts_id_seq; Type: SEQUENCE; Schema: public; Owner: -
+--
+
+ALTER TABLE public.email_delivery_attempts ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.email_delivery_attempts_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+
+--
+-- Name: email_delivery_events; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.email_delivery_events (
+    id bigint NOT NULL,
+    delivery_id bigint,
+    provider text NOT NULL,
+    provider_event_id text NOT NULL,
+    kind text NOT NULL,
+    bounce_class text,
+    recipient text,
+    occurred_at timestamp with time zone,
+    received_at timestamp with time zone DEFAULT now() NOT NULL,
+    detail jsonb DEFAULT '{}'::jsonb NOT NULL,
+    quoted_provider_message_id text,
+    quoted_message_id text,
+    CONSTRAINT email_delivery_events_bounce_class_valid CHECK ((((bounce_class = ANY (ARRAY['hard'::text, 'soft'::text, 'undetermined'::text])) AND (kind = 'bounced'::text)) OR (bounce_class IS NULL))),
+    CONSTRAINT email_delivery_events_kind_valid CHECK ((kind = ANY (ARRAY['delivered'::text, 'delayed'::text, 'bounced'::text, 'complained'::text, 'rejected'::text, 'unsubscribed'::text])))
+);
+
+
+--
+-- Name: COLUMN email_delivery_events.quoted_message_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.email_delivery_events.quoted_message_id IS 'The Message-ID an event quoted; kept so that an event that came before its row''s outcome is matched when the outcome is written';
+
+
+--
+-- Name: email_delivery_events_id_seq; Type: SEQUENCE; Schema: public; Owner: -
+--
+
+ALTER TABLE public.email_delivery_events ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.email_delivery_events_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+
+--
+-- Name: email_operator_actions; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.email_operator_actions (
+    id bigint NOT NULL,
+    actor text NOT NULL,
+    action text NOT NULL,
+    dedupe_key text,
+    address text,
+    at timestamp with time zone DEFAULT now() NOT NULL,
+    detail jsonb DEFAULT '{}'::jsonb NOT NULL,
+    CONSTRAINT email_operator_actions_action_valid CHECK ((action = ANY (ARRAY['retry'::text, 'cancel'::text, 'resolve'::text, 'suppress'::text, 'unsuppress'::text]))),
+    CONSTRAINT email_operator_actions_names_one CHECK (((dedupe_key IS NULL) <> (address IS NULL)))
+);
+
+
+--
+-- Name: email_operator_actions_id_seq; Type: SEQUENCE; Schema: public; Owner: -
+--
+
+ALTER TABLE public.email_operator_actions ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.email_operator_actions_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+
+--
+-- Name: email_queue; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.email_queue (
+    delivery_id bigint NOT NULL,
+    priority smallint NOT NULL,
+    scheduled_at timestamp with time zone NOT NULL,
+    transport text,
+    claimed_at timestamp with time zone,
+    batch_id bigint,
+    carrier text,
+    carrier_claim_token uuid
+)
+WITH (fillfactor='70', autovacuum_vacuum_scale_factor='0.01', autovacuum_vacuum_threshold='1000', autovacuum_vacuum_insert_scale_factor='0.05', autovacuum_analyze_scale_factor='0.02', autovacuum_vacuum_cost_delay='1');
+
+
+--
+-- Name: TABLE email_queue; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.email_queue IS 'outbox-mailer (daemon-owned): the pending and sending rows of email_deliveries, slim, for claiming and rescue. Not an API: read email_deliveries.';
+
+
+--
+-- Name: COLUMN email_queue.carrier; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.email_queue.carrier IS 'outbox-mailer (daemon-owned): the transport a claim was sent through when not the row''s own, written before the send; valid for the claim carrier_claim_token only.';
+
+
+--
+-- Name: email_transport_limits; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.email_transport_limits (
+    transport text NOT NULL,
+    next_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    rate_share double precision DEFAULT 1 NOT NULL,
+    share_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    throttles bigint DEFAULT 0 NOT NULL,
+    throttled_at timestamp with time zone,
+    held_until timestamp with time zone,
+    CONSTRAINT email_transport_limits_rate_share_check CHECK (((rate_share > (0)::double precision) AND (rate_share <= (1)::double precision)))
+);
+
+
+--
+-- Name: email_transport_usage; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.email_transport_usage (
+    transport text NOT NULL,
+    slot_start timestamp with time zone NOT NULL,
+    slot_seconds double precision NOT NULL,
+    requests bigint DEFAULT 0 NOT NULL,
+    recipients bigint DEFAULT 0 NOT NULL,
+    CONSTRAINT email_transport_usage_slot_seconds_check CHECK ((slot_seconds > (0)::double precision))
+);
+
+
+--
+-- Name: email_webhook_tokens; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.email_webhook_tokens (
+    provider text NOT NULL,
+    token text NOT NULL,
+    body_sha256 bytea NOT NULL,
+    seen_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+
+--
+-- Name: outbox_mailer_migrations; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.outbox_mailer_migrations (
+    version integer NOT NULL,
+    name text NOT NULL,
+    checksum text NOT NULL,
+    applied_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+
+--
+-- Name: email_batches email_batches_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.email_batches
+    ADD CONSTRAINT email_batches_pkey PRIMARY KEY (id);
+
+
+--
+-- Name: email_console_sessions email_console_sessions_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.email_console_sessions
+    ADD CONSTRAINT email_console_sessions_pkey PRIMARY KEY (token_hash);
+
+
+--
+-- Name: email_console_users email_console_users_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.email_console_users
+    ADD CONSTRAINT email_console_users_pkey PRIMARY KEY (name);
+
+
+--
+-- Name: email_daemon_processes email_daemon_processes_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.email_daemon_processes
+    ADD CONSTRAINT email_daemon_processes_pkey PRIMARY KEY (boot_id, pid_ns, pid, start_ticks);
+
+
+--
+-- Name: email_deliveries email_deliveries_dedupe_key_key; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.email_deliveries
+    ADD CONSTRAINT email_deliveries_dedupe_key_key UNIQUE (dedupe_key);
+
+
+--
+-- Name: email_deliveries email_deliveries_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.email_deliveries
+    ADD CONSTRAINT email_deliveries_pkey PRIMARY KEY (id);
+
+
+--
+-- Name: email_delivery_attempts email_delivery_attempts_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.email_delivery_attempts
+    ADD CONSTRAINT email_delivery_attempts_pkey PRIMARY KEY (delivery_id, attempt, started_at);
+
+
+--
+-- Name: email_delivery_events email_delivery_events_once; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.email_delivery_events
+    ADD CONSTRAINT email_delivery_events_once UNIQUE (provider, provider_event_id);
+
+
+--
+-- Name: email_delivery_events email_delivery_events_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.email_delivery_events
+    ADD CONSTRAINT email_delivery_events_pkey PRIMARY KEY (id);
+
+
+--
+-- Name: email_operator_actions email_operator_actions_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.email_operator_actions
+    ADD CONSTRAINT email_operator_actions_pkey PRIMARY KEY (id);
+
+
+--
+-- Name: email_queue email_queue_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.email_queue
+    ADD CONSTRAINT email_queue_pkey PRIMARY KEY (delivery_id);
+
+
+--
+-- Name: email_suppressions email_suppressions_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.email_suppressions
+    ADD CONSTRAINT email_suppressions_pkey PRIMARY KEY (address);
+
+
+--
+-- Name: email_transport_limits email_transport_limits_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.email_transport_limits
+    ADD CONSTRAINT email_transport_limits_pkey PRIMARY KEY (transport);
+
+
+--
+-- Name: email_transport_usage email_transport_usage_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.email_transport_usage
+    ADD CONSTRAINT email_transport_usage_pkey PRIMARY KEY (transport, slot_start);
+
+
+--
+-- Name: email_webhook_tokens email_webhook_tokens_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.email_webhook_tokens
+    ADD CONSTRAINT email_webhook_tokens_pkey PRIMARY KEY (provider, token);
+
+
+--
+-- Name: outbox_mailer_migrations outbox_mailer_migrations_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.outbox_mailer_migrations
+    ADD CONSTRAINT outbox_mailer_migrations_pkey PRIMARY KEY (version);
+
+
+--
+-- Name: email_console_sessions_seen_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX email_console_sessions_seen_idx ON public.email_console_sessions USING btree (seen_at);
+
+
+--
+-- Name: email_console_sessions_user_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX email_console_sessions_user_idx ON public.email_console_sessions USING btree (user_name);
+
+
+--
+-- Name: email_daemon_processes_worker; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX email_daemon_processes_worker ON public.email_daemon_processes USING btree (worker);
+
+
+--
+-- Name: email_deliveries_created_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX email_deliveries_created_idx ON public.email_deliveries USING btree (created_at);
+
+
+--
+-- Name: email_deliveries_recipients_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX email_deliveries_recipients_idx ON public.email_deliveries USING gin (public.email_recipient_keys(to_addresses, cc_addresses, bcc_addresses));
+
+
+--
+-- Name: email_deliveries_unscrubbed_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX email_deliveries_unscrubbed_idx ON public.email_deliveries USING btree (created_at) WHERE (scrubbed_at IS NULL);
+
+
+--
+-- Name: email_delivery_attempts_message_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX email_delivery_attempts_message_idx ON public.email_delivery_attempts USING btree (message_id) WHERE (message_id IS NOT NULL);
+
+
+--
+-- Name: email_delivery_attempts_provider_message_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX email_delivery_attempts_provider_message_idx ON public.email_delivery_attempts USING btree (provider_message_id) WHERE (provider_message_id IS NOT NULL);
+
+
+--
+-- Name: email_delivery_events_delivery_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX email_delivery_events_delivery_idx ON public.email_delivery_events USING btree (delivery_id, occurred_at);
+
+
+--
+-- Name: email_delivery_events_received_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX email_delivery_events_received_idx ON public.email_delivery_events USING btree (received_at);
+
+
+--
+-- Name: email_delivery_events_waiting_message_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX email_delivery_events_waiting_message_idx ON public.email_delivery_events USING btree (quoted_message_id) WHERE ((delivery_id IS NULL) AND (quoted_message_id IS NOT NULL));
+
+
+--
+-- Name: email_delivery_events_waiting_provider_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX email_delivery_events_waiting_provider_idx ON public.email_delivery_events USING btree (quoted_provider_message_id) WHERE ((delivery_id IS NULL) AND (quoted_provider_message_id IS NOT NULL));
+
+
+--
+-- Name: email_operator_actions_at_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX email_operator_actions_at_idx ON public.email_operator_actions USING btree (at);
+
+
+--
+-- Name: email_operator_actions_key_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX email_operator_actions_key_idx ON public.email_operator_actions USING btree (dedupe_key, at) WHERE (dedupe_key IS NOT NULL);
+
+
+--
+-- Name: email_queue_batch_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX email_queue_batch_idx ON public.email_queue USING btree (batch_id) WHERE (batch_id IS NOT NULL);
+
+
+--
+-- Name: email_queue_claimed_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX email_queue_claimed_idx ON public.email_queue USING btree (claimed_at) WHERE (claimed_at IS NOT NULL);
+
+
+--
+-- Name: email_queue_due_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX email_queue_due_idx ON public.email_queue USING btree (priority DESC, scheduled_at, delivery_id) WHERE (claimed_at IS NULL);
+
+
+--
+-- Name: email_suppressions_delivery_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX email_suppressions_delivery_idx ON public.email_suppressions USING btree (delivery_id) WHERE (delivery_id IS NOT NULL);
+
+
+--
+-- Name: email_suppressions_old_form_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX email_suppressions_old_form_idx ON public.email_suppressions USING btree (address) WHERE (address_form < 2);
+
+
+--
+-- Name: email_webhook_tokens_seen_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX email_webhook_tokens_seen_idx ON public.email_webhook_tokens USING btree (seen_at);
+
+
+--
+-- Name: email_deliveries email_deliveries_check_content; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER email_deliveries_check_content BEFORE INSERT ON public.email_deliveries FOR EACH ROW EXECUTE FUNCTION public.email_deliveries_check_content();
+
+
+--
+-- Name: email_deliveries email_deliveries_drop_followers; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER email_deliveries_drop_followers AFTER DELETE ON public.email_deliveries REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION public.email_deliveries_drop_followers();
+
+
+--
+-- Name: email_deliveries email_deliveries_notify_insert; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER email_deliveries_notify_insert AFTER INSERT ON public.email_deliveries REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION public.email_deliveries_notify();
+
+
+--
+-- Name: email_deliveries email_deliveries_notify_requeue; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER email_deliveries_notify_requeue AFTER UPDATE ON public.email_deliveries FOR EACH ROW WHEN (((new.status = 'pending'::text) AND (new.scheduled_at <= now()))) EXECUTE FUNCTION public.email_deliveries_notify_requeued();
+
+
+--
+-- Name: email_deliveries email_deliveries_recheck_content; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER email_deliveries_recheck_content AFTER UPDATE OF dedupe_key, from_address, reply_to, subject, text_body, html_body, to_addresses, cc_addresses, bcc_addresses, headers, attachments, metadata, transport, expires_at, created_at ON public.email_deliveries FOR EACH ROW EXECUTE FUNCTION public.email_deliveries_recheck_content();
+
+
+--
+-- Name: email_deliveries email_deliveries_sync_queue; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER email_deliveries_sync_queue AFTER UPDATE ON public.email_deliveries FOR EACH ROW WHEN (((((((old.status IS DISTINCT FROM new.status) OR (old.scheduled_at IS DISTINCT FROM new.scheduled_at)) OR (old.priority IS DISTINCT FROM new.priority)) OR (old.transport IS DISTINCT FROM new.transport)) OR (old.dedupe_key IS DISTINCT FROM new.dedupe_key)) AND (((old.status <> 'sending'::text) AND (new.status <> 'sending'::text)) OR (current_setting('outbox_mailer.keeps_queue'::text, true) IS DISTINCT FROM 'on'::text)))) EXECUTE FUNCTION public.email_deliveries_sync_queue();
+
+
+--
+-- Name: email_deliveries email_deliveries_truncate_followers; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER email_deliveries_truncate_followers AFTER TRUNCATE ON public.email_deliveries FOR EACH STATEMENT EXECUTE FUNCTION public.email_deliveries_drop_followers();
+
+
+--
+-- Name: email_delivery_events email_delivery_events_delivery_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.email_delivery_events
+    ADD CONSTRAINT email_delivery_events_delivery_id_fkey FOREIGN KEY (delivery_id) REFERENCES public.email_deliveries(id) ON DELETE CASCADE;
+
+
+--
+-- Name: email_suppressions email_suppressions_delivery_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.email_suppressions
+    ADD CONSTRAINT email_suppressions_delivery_id_fkey FOREIGN KEY (delivery_id) REFERENCES public.email_deliveries(id) ON DELETE SET NULL;
+
+
+--
+-- PostgreSQL database dump complete
+--
