@@ -20,7 +20,9 @@ record of a batch before its request (:class:`BatchLedger`).
 Batches (a transport with a batch endpoint, :meth:`carry_batch`): each member is
 composed on its own; members the transport cannot batch go singly; the batch is
 admitted once (a rate limit counts requests), recorded with its key, sent, and
-each member's answer becomes its own outcome. A member the provider did not
+each member's answer becomes its own outcome. A member whose claim grew too old
+to start a send (before or while the batch waited for admission) is left out of
+the request and goes back untried: no attempt is written or charged for it. A member the provider did not
 judge (the batch refused as a whole) is sent singly at once. An ambiguous answer
 that a resend under the same key would absorb gives the whole batch up to the
 rescuer, which resends the identical batch (:meth:`replay_batch`), never its
@@ -68,6 +70,7 @@ from .transports.seam import batch_idempotency_key
 log = logging.getLogger("outbox_mailer")
 
 START_MARGIN_SECONDS = 1.0  # a send must end this long before its claim could be rescued
+TOO_LATE = "waited too long after the claim to start a send safely"
 
 
 class BatchLedger(Protocol):
@@ -240,6 +243,12 @@ class Executor:
         except Exception as exc:  # a poison batch must not stop the daemon
             log.exception("unexpected error sending a batch of %d", len(members))
             results = [Outcome.permanent(f"internal error: {type(exc).__name__}: {exc}")] * len(members)
+        late = {i: r for i, r in enumerate(results) if isinstance(r, Outcome) and r.cause is Cause.UNSTARTED}
+        for i, outcome in late.items():  # too old to start: back untried, not in the request
+            self._finish(members[i], name, started, outcome)
+        members = [d for i, d in enumerate(members) if i not in late]
+        messages = [m for i, m in enumerate(messages) if i not in late]
+        results = [r for i, r in enumerate(results) if i not in late]
         if any(resend_whole(r, self.clock()) for r in results):
             await self._give_up(name, members, messages, results, started)
             return
@@ -251,12 +260,26 @@ class Executor:
 
     async def _request_batch(self, name: str, transport: Transport, members: list[Delivery],
                              messages: list[ComposedMessage]) -> list[BatchOutcome]:
-        """Admit once, record the batch with its key, then make the one request."""
-        held_back = await self.gates[name].admit(sum(len(m.recipients) for m in messages))
-        if held_back is not None:
-            return [held_back] * len(members)
-        if not all(self._may_start(d, transport) for d in members):
-            return [Outcome.held_back("waited too long after the claim to start a send safely")] * len(members)
+        """Admit once, record the batch with its key, then make the one request; a member too old to start
+        (before or after the wait for admission) is not in it: it goes back untried (unstarted)."""
+        results: list[BatchOutcome] = [Outcome.unstarted(TOO_LATE)] * len(members)
+        going = [i for i, d in enumerate(members) if self._may_start(d, transport)]  # no slot taken for the late
+        if not going:
+            return results
+        held_back = await self.gates[name].admit(sum(len(messages[i].recipients) for i in going))
+        if held_back is None:
+            going = [i for i in going if self._may_start(members[i], transport)]  # it waited for its slot
+            answers = await self._open_and_send(name, transport, [members[i] for i in going],
+                                                [messages[i] for i in going]) if going else []
+        else:
+            answers = [held_back] * len(going)
+        for i, answer in zip(going, answers, strict=True):
+            results[i] = answer
+        return results
+
+    async def _open_and_send(self, name: str, transport: Transport, members: list[Delivery],
+                             messages: list[ComposedMessage]) -> list[BatchOutcome]:
+        """Record the batch with its key, then make the one request."""
         key = batch_idempotency_key([d.dedupe_key for d in members])
         try:
             batch_id = await self._ledger.open_batch(name, key, members) if self._ledger is not None else None
@@ -363,20 +386,25 @@ class Executor:
                 return prepared, None
             message = prepared
         transport = self.transports[name]
+        if not self._may_start(delivery, transport):  # too old already (queued behind slow sends): take no slot
+            return Outcome.unstarted(TOO_LATE), message
         held_back = await self.gates[name].admit(len(message.recipients))
         if held_back is not None:
             return held_back, message
-        if not self._may_start(delivery, transport):
-            return Outcome.held_back("waited too long after the claim to start a send safely"), message
+        if not self._may_start(delivery, transport):  # it waited for the transport's capacity
+            return Outcome.unstarted(TOO_LATE), message
         return await transport.send(message, delivery), message
 
     def _may_start(self, delivery: Delivery, transport: Transport) -> bool:
         """A send must end before its claim could be rescued: start it only while
         claim age + send timeout stays under the rescue delay (with a margin)."""
         age = self._inflight.claim_age(delivery)
-        if age is None:
-            return False
-        return age + transport.send_timeout_seconds + START_MARGIN_SECONDS < self._rescue_after
+        return age is not None and age < self.start_window_seconds(transport)
+
+    def start_window_seconds(self, transport: Transport) -> float:
+        """How long after its claim a send through ``transport`` may start (the claim loop claims for a
+        rate-limited lane no more rows than its rate can start in that time)."""
+        return self._rescue_after - transport.send_timeout_seconds - START_MARGIN_SECONDS
 
     def _finish(self, delivery: Delivery, name: str, started: datetime, outcome: Outcome,
                 message_id: str | None = None) -> None:
