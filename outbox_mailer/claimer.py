@@ -75,7 +75,15 @@ class Claimer:
         if not self._lanes:
             return self.settings.concurrency  # nothing to queue on (every row fails as an unknown transport)
         now = monotonic()
-        return sum(lane.room for name, lane in self._lanes.items() if not self._gates[name].is_paused(now))
+        return sum(self._room(name, lane) for name, lane in self._lanes.items() if not self._gates[name].is_paused(now))
+
+    def _room(self, name: str, lane: Lane) -> int:
+        """The rows lane ``name`` may take; under a shared rate, only what the requests that rate starts
+        before a new claim is too old to start its send would carry (rows claimed beyond that would wait
+        for a slot until they could not be sent, and go back untried)."""
+        window = self._executor.start_window_seconds(self._executor.transports[name])
+        requests = self._gates[name].requests_within(window)
+        return lane.room if requests is None else lane.room_within(requests)
 
     def _worthwhile_claim(self) -> int:
         """The fewest rows worth a claim: while sends are in flight, a quarter of what the daemon can

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 
 from .breaker import Breaker
 from .clock import monotonic
@@ -41,6 +42,11 @@ class TransportGate:
         """How long a 429 asked to wait, here or (through the shared limits) at another daemon."""
         shared = self.limit.held_until if self.limit is not None else 0.0
         return max(0.0, self.held_off_until - now, shared - now)
+
+    def requests_within(self, seconds: float) -> int | None:
+        """Requests the shared rate in force lets start within ``seconds`` (at least one); None: no rate."""
+        rate = self.limit.rate_in_force if self.limit is not None else None
+        return None if rate is None else max(1, math.floor(rate * seconds))
 
     def fits_one_request(self, recipients: int) -> bool:
         """A request for this many recipients could ever pass DAILY_LIMIT (a batch that could not goes singly)."""
