@@ -66,8 +66,15 @@ class Claimer:
         return [name for name in self._gates if self._executor.routes.paused_everywhere(name, now)]
 
     def _pauses_left(self) -> list[float]:
+        """Seconds until each paused transport, and each lane waiting for its rate's next request slot,
+        may take rows again."""
         now = monotonic()
-        return [g.breaker.remaining(now) for g in self._gates.values() if g.is_paused(now)]
+        paused = [g.breaker.remaining(now) for g in self._gates.values() if g.is_paused(now)]
+        slots = [self._gates[name].next_request_in() - self._window(name) for name in self._lanes]
+        return paused + [s for s in slots if s > 0]
+
+    def _window(self, name: str) -> float:
+        return self._inflight.start_window(self._executor.transports[name].send_timeout_seconds)
 
     def _lane_room(self) -> int:
         """Sends the open transports could start right now: claim no more, so claimed rows do not
@@ -81,8 +88,7 @@ class Claimer:
         """The rows lane ``name`` may take; under a shared rate, only what the requests that rate starts
         before a new claim is too old to start its send would carry (rows claimed beyond that would wait
         for a slot until they could not be sent, and go back untried)."""
-        window = self._executor.start_window_seconds(self._executor.transports[name])
-        requests = self._gates[name].requests_within(window)
+        requests = self._gates[name].requests_within(self._window(name))
         return lane.room if requests is None else lane.room_within(requests)
 
     def _worthwhile_claim(self) -> int:
@@ -108,9 +114,10 @@ class Claimer:
             # a send frees its slot when it returns; its outcome may still wait for the recorder
             free = min(self._inflight.room, self._lane_room())
             if free < self._worthwhile_claim():
-                # every slot busy, every transport with room paused, or too few slots free to be worth a claim
+                # every slot busy, every transport with room paused or waiting for its rate's next slot,
+                # or too few slots free to be worth a claim
                 wait = min([*self._pauses_left(), self.settings.poll_interval_seconds, self._liveness.interval])
-                if self.paused():  # no claim may follow soon: unlock what is committed
+                if self.paused() or not self._inflight.sending:  # no claim may follow soon: unlock what is committed
                     async with self._db.idle():
                         await self._inflight.wait_for_slot(wait)
                 else:  # busy slots: a claim follows the next freed one and carries the unlocks

@@ -6,7 +6,7 @@ job executor)::
     claimed row ─▶ unreadable or unknown transport? ─────────────────────┐
         │                                                                │
         ▼                                                                ▼
-    expired? ─▶ compose ─▶ gate.admit (shared limits, pause) ─▶ claim still young?
+    expired? ─▶ compose ─▶ claim young? ─▶ gate.admit (shared limits, pause) ─▶ claim still young?
         ─▶ transport.send ─▶ gate.observe (breaker) ─▶ decide() ─▶ OutcomeWrite ─▶ recorder
 
 Every way out of a send (sent, refused, unreachable, held back, cancelled at
@@ -22,11 +22,11 @@ composed on its own; members the transport cannot batch go singly; the batch is
 admitted once (a rate limit counts requests), recorded with its key, sent, and
 each member's answer becomes its own outcome. A member whose claim grew too old
 to start a send (before or while the batch waited for admission) is left out of
-the request and goes back untried: no attempt is written or charged for it. A member the provider did not
-judge (the batch refused as a whole) is sent singly at once. An ambiguous answer
-that a resend under the same key would absorb gives the whole batch up to the
-rescuer, which resends the identical batch (:meth:`replay_batch`), never its
-members under other keys.
+the request and goes back untried: nothing is written or charged for it. A
+member the provider did not judge (the batch refused as a whole) is sent singly
+at once. An ambiguous answer that a resend under the same key would absorb gives
+the whole batch up to the rescuer, which resends the identical batch
+(:meth:`replay_batch`), never its members under other keys.
 """
 
 from __future__ import annotations
@@ -69,7 +69,6 @@ from .transports.seam import batch_idempotency_key
 
 log = logging.getLogger("outbox_mailer")
 
-START_MARGIN_SECONDS = 1.0  # a send must end this long before its claim could be rescued
 TOO_LATE = "waited too long after the claim to start a send safely"
 
 
@@ -125,7 +124,6 @@ class Executor:
             default_max_attempts=settings.max_attempts,
             in_doubt=settings.in_doubt,
         )
-        self._rescue_after = settings.effective_rescue_after_seconds  # derived from every transport: once
         self._dropped: dict[int, tuple[RefusedRecipient, ...]] = {}  # recipients left out (suppressed, a Bcc redirected)
         self.guard = StagingGuard.of(settings.allowed_recipients, settings.redirect_to)
         self.message_ids = MessageIdKey.from_settings(settings)  # what the claim computes Message-IDs with
@@ -263,10 +261,11 @@ class Executor:
         """Admit once, record the batch with its key, then make the one request; a member too old to start
         (before or after the wait for admission) is not in it: it goes back untried (unstarted)."""
         results: list[BatchOutcome] = [Outcome.unstarted(TOO_LATE)] * len(members)
-        going = [i for i, d in enumerate(members) if self._may_start(d, transport)]  # no slot taken for the late
+        left = [self._inflight.start_left(d, transport.send_timeout_seconds) for d in members]
+        going = [i for i, seconds in enumerate(left) if seconds > 0]  # no slot taken for the late
         if not going:
             return results
-        held_back = await self.gates[name].admit(sum(len(messages[i].recipients) for i in going))
+        held_back = await self.gates[name].admit(sum(len(messages[i].recipients) for i in going), max(left))
         if held_back is None:
             going = [i for i in going if self._may_start(members[i], transport)]  # it waited for its slot
             answers = await self._open_and_send(name, transport, [members[i] for i in going],
@@ -386,9 +385,10 @@ class Executor:
                 return prepared, None
             message = prepared
         transport = self.transports[name]
-        if not self._may_start(delivery, transport):  # too old already (queued behind slow sends): take no slot
+        left = self._inflight.start_left(delivery, transport.send_timeout_seconds)
+        if left <= 0:  # too old already (queued behind slow sends): take no slot
             return Outcome.unstarted(TOO_LATE), message
-        held_back = await self.gates[name].admit(len(message.recipients))
+        held_back = await self.gates[name].admit(len(message.recipients), left)
         if held_back is not None:
             return held_back, message
         if not self._may_start(delivery, transport):  # it waited for the transport's capacity
@@ -396,15 +396,8 @@ class Executor:
         return await transport.send(message, delivery), message
 
     def _may_start(self, delivery: Delivery, transport: Transport) -> bool:
-        """A send must end before its claim could be rescued: start it only while
-        claim age + send timeout stays under the rescue delay (with a margin)."""
-        age = self._inflight.claim_age(delivery)
-        return age is not None and age < self.start_window_seconds(transport)
-
-    def start_window_seconds(self, transport: Transport) -> float:
-        """How long after its claim a send through ``transport`` may start (the claim loop claims for a
-        rate-limited lane no more rows than its rate can start in that time)."""
-        return self._rescue_after - transport.send_timeout_seconds - START_MARGIN_SECONDS
+        """A send must end before its claim could be rescued: start it only inside its start window."""
+        return self._inflight.start_left(delivery, transport.send_timeout_seconds) > 0
 
     def _finish(self, delivery: Delivery, name: str, started: datetime, outcome: Outcome,
                 message_id: str | None = None) -> None:
