@@ -9,13 +9,20 @@ nothing is charged or written for it, and the lane is claimed only what its rate
 from __future__ import annotations
 
 import logging
+from types import SimpleNamespace
 from typing import Any
 
 import anyio
 import pytest
 
+from outbox_mailer.clock import monotonic
+from outbox_mailer.config import ApiTransportSettings
+from outbox_mailer.daemon import Daemon
+from outbox_mailer.store import ClaimSession
+from outbox_mailer.transports.api.http import HttpApiTransport
+from tests.integration.conftest import settings_for
 from tests.integration.test_daemon_batches import insert, resend, settled  # noqa: F401 (resend: a fixture)
-from tests.provider_server import ProviderServer
+from tests.provider_server import KEY_HEADER, ProviderServer
 from tests.sql_store import SqlStore
 
 pytestmark = pytest.mark.anyio
@@ -51,4 +58,45 @@ async def test_rows_trickling_into_a_rate_limited_batch_lane_are_each_sent_in_on
             "each row: one attempt, charged once, and it was the send (waiting for a slot is no attempt)"
         assert not given_back(caplog), "the lane was claimed no more rows than its rate starts in time"
     finally:
+        server.stop()
+
+
+async def test_a_member_too_old_to_start_is_left_out_of_its_batch_untried_and_the_others_go(
+        db_url: str, store: SqlStore) -> None:
+    server = ProviderServer().start()
+    options = {"kind": "resend", "api_key": "test", "base_url": server.base_url, "timeout_seconds": 2}
+    transport = HttpApiTransport(ApiTransportSettings(**options), name="resend")
+    smtp = {"host": "127.0.0.1", "port": 25, "tls": "none", "data_timeout_seconds": 2, "send_timeout_seconds": 2}  # unused
+    settings = settings_for(db_url, SimpleNamespace(host="", port=0), smtp=smtp, transports={"resend": options},
+                            default_transport="resend", concurrency=10, rescue_after_seconds=4)
+    daemon = Daemon(settings, {"resend": transport}, default_transport="resend")  # its parts, not its loops
+    claims = await ClaimSession.open(db_url)
+    try:
+        keys = await insert(store, 3, prefix="m")
+        rows = await claims.claim_due(3, daemon.worker, default_transport="resend")
+        old, *young = sorted(rows, key=lambda d: d.dedupe_key)
+        daemon.inflight.hold([old], monotonic() - 60)  # claimed long before its batch could start
+        daemon.inflight.hold(young, monotonic())
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(daemon.recorder.run)
+            await daemon.executor.carry_batch(rows, "resend")
+            await daemon.recorder.inbox.aclose()  # the recorder writes the three outcomes, then ends
+        [request] = server.sends()
+        assert request.path == "/emails/batch"
+        assert [m["headers"][KEY_HEADER] for m in request.json()] == [d.dedupe_key for d in young], \
+            "the young members went in the request, the old one did not"
+        states = {r["dedupe_key"]: r for r in await store.fetch(
+            "SELECT dedupe_key, status, attempts, last_error, scheduled_at, "
+            "(SELECT count(*) FROM email_delivery_attempts a WHERE a.delivery_id = d.id) AS recorded "
+            "FROM email_deliveries d")}
+        assert {k: (states[k]["status"], states[k]["attempts"], states[k]["recorded"]) for k in keys} == {
+            old.dedupe_key: ("pending", 0, 0), **{d.dedupe_key: ("sent", 1, 1) for d in young}}, \
+            "the old member is back untried: not charged, no attempt written"
+        assert states[old.dedupe_key]["last_error"] is None
+        assert states[old.dedupe_key]["scheduled_at"] == old.scheduled_at, "due as it was: no backoff"
+    finally:
+        await claims.close()
+        await daemon._db.close()  # noqa: SLF001 (the daemon's run would close them)
+        await daemon._limits.close()  # noqa: SLF001
+        await transport.aclose()
         server.stop()
