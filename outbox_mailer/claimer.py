@@ -4,11 +4,14 @@ Each turn: beat the watchdog; if the send budget (:class:`InFlight`) or every
 open transport's lane is full, wait for a slot; otherwise claim up to
 ``batch_size`` rows (skipping paused transports), hold them in flight, fail at
 once the ones that cannot be sent, and queue the others on their transport's
-lane. A claim that returns fewer rows than asked means the queue is drained
-for now: wait for a NOTIFY, the next ``scheduled_at``, the end of a transport
-pause, or the poll interval. While waiting, the claim session is *idle*: no
-claim is coming to carry the unlocks of committed outcomes (see
-``ClaimSession``), so an idle daemon holds no advisory locks.
+lane. A lane's room under a shared rate is what the requests that rate starts
+within a new claim's start window would carry (none while its next request
+slot is further away: the loop waits for that moment). A claim that returns
+fewer rows than asked means the queue is drained for now: wait for a NOTIFY,
+the next ``scheduled_at``, the end of a transport pause, or the poll interval.
+While waiting, the claim session is *idle*: no claim is coming to carry the
+unlocks of committed outcomes (see ``ClaimSession``), so an idle daemon holds
+no advisory locks.
 """
 
 from __future__ import annotations
