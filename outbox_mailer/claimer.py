@@ -88,11 +88,20 @@ class Claimer:
         return sum(self._room(name, lane) for name, lane in self._lanes.items() if not self._gates[name].is_paused(now))
 
     def _room(self, name: str, lane: Lane) -> int:
-        """The rows lane ``name`` may take; under a shared rate, only what the requests that rate starts
-        before a new claim is too old to start its send would carry (rows claimed beyond that would wait
-        for a slot until they could not be sent, and go back untried)."""
+        rate_room = self._rate_room(name, lane)
+        return lane.room if rate_room is None else rate_room
+
+    def _rate_room(self, name: str, lane: Lane) -> int | None:
+        """Under a shared rate, the rows lane ``name`` may take: what the requests that rate starts before
+        a new claim is too old to start its send would carry (rows claimed beyond that would wait for a
+        slot until they could not be sent, and go back untried). None: no shared rate."""
         requests = self._gates[name].requests_within(self._window(name))
-        return lane.room if requests is None else lane.room_within(requests)
+        return None if requests is None else lane.room_within(requests)
+
+    def _unclaimable(self) -> list[str]:
+        """Transports whose rows are not claimed now: those nothing can carry (paused), and those whose
+        lane has no room under their shared rate (while other lanes have room)."""
+        return [*self.paused(), *(name for name, lane in self._lanes.items() if self._rate_room(name, lane) == 0)]
 
     def _worthwhile_claim(self) -> int:
         """The fewest rows worth a claim: while sends are in flight, a quarter of what the daemon can
@@ -130,7 +139,7 @@ class Claimer:
             want = min(self.settings.batch_size, free)
             try:
                 session = await self._db.claim_session()
-                batch = await session.claim_due(want, self._executor.worker, paused=self.paused(),
+                batch = await session.claim_due(want, self._executor.worker, paused=self._unclaimable(),
                                                 default_transport=self._executor.default_transport,
                                                 max_content_bytes=self.settings.max_message_bytes,
                                                 message_ids=self._executor.message_ids)

@@ -22,10 +22,12 @@ from outbox_mailer.store import ClaimSession
 from outbox_mailer.transports.api.http import HttpApiTransport
 from tests.integration.conftest import settings_for
 from tests.integration.test_daemon_batches import insert, resend, settled  # noqa: F401 (resend: a fixture)
-from tests.provider_server import KEY_HEADER, ProviderServer
+from tests.integration.test_http_transports import api, daemon, resend_settings, rows_with  # noqa: F401 (fixtures)
+from tests.provider_server import KEY_HEADER, ProviderServer, provider_server  # noqa: F401 (a fixture)
 from tests.sql_store import SqlStore
 
 pytestmark = pytest.mark.anyio
+UNUSED_SMTP = {"host": "127.0.0.1", "port": 25, "tls": "none", "data_timeout_seconds": 2, "send_timeout_seconds": 2}
 
 
 def given_back(caplog: pytest.LogCaptureFixture) -> list[str]:
@@ -52,7 +54,8 @@ async def test_rows_trickling_into_a_rate_limited_batch_lane_are_each_sent_in_on
         assert set((await settled(store, len(keys), timeout=90)).values()) == {"sent"}
         assert dict(server.accepted_by_header) == dict.fromkeys(keys, 1), "each email accepted once"
         attempts = await store.fetch(
-            "SELECT d.attempts, count(a.*) AS recorded, count(a.*) FILTER (WHERE a.outcome <> 'sent') AS not_sent "
+            "SELECT d.attempts, count(a.*) AS recorded, "
+            "       count(a.*) FILTER (WHERE a.outcome <> 'sent') AS not_sent "
             "FROM email_deliveries d LEFT JOIN email_delivery_attempts a ON a.delivery_id = d.id GROUP BY d.id")
         assert {(r["attempts"], r["recorded"], r["not_sent"]) for r in attempts} == {(1, 1, 0)}, \
             "each row: one attempt, charged once, and it was the send (waiting for a slot is no attempt)"
@@ -66,9 +69,9 @@ async def test_a_member_too_old_to_start_is_left_out_of_its_batch_untried_and_th
     server = ProviderServer().start()
     options = {"kind": "resend", "api_key": "test", "base_url": server.base_url, "timeout_seconds": 2}
     transport = HttpApiTransport(ApiTransportSettings(**options), name="resend")
-    smtp = {"host": "127.0.0.1", "port": 25, "tls": "none", "data_timeout_seconds": 2, "send_timeout_seconds": 2}  # unused
-    settings = settings_for(db_url, SimpleNamespace(host="", port=0), smtp=smtp, transports={"resend": options},
-                            default_transport="resend", concurrency=10, rescue_after_seconds=4)
+    settings = settings_for(db_url, SimpleNamespace(host="", port=0), smtp=UNUSED_SMTP,
+                            transports={"resend": options}, default_transport="resend", concurrency=10,
+                            rescue_after_seconds=4)
     daemon = Daemon(settings, {"resend": transport}, default_transport="resend")  # its parts, not its loops
     claims = await ClaimSession.open(db_url)
     try:
@@ -100,3 +103,24 @@ async def test_a_member_too_old_to_start_is_left_out_of_its_batch_untried_and_th
         await daemon._limits.close()  # noqa: SLF001
         await transport.aclose()
         server.stop()
+
+
+async def test_rows_of_a_lane_waiting_for_its_rate_are_not_claimed_while_another_transport_has_room(
+        api: Any, daemon: Any, provider_server: ProviderServer,  # noqa: F811
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG, logger="outbox_mailer")
+    slow = resend_settings(provider_server, rate_per_second=0.5, burst=1, batch=True)  # a request every 2 s
+    transports = {"slow": api(name="slow", batch=True, timeout_seconds=2), "fast": api(name="fast", timeout_seconds=2)}
+    run = await daemon(transports, {"slow": slow, "fast": resend_settings(provider_server)}, default_transport="fast",
+                       smtp=UNUSED_SMTP, rescue_after_seconds=4)  # a start window of 1 s
+    keys: list[str] = []
+    for tick in range(6):  # rows for both transports arrive while the daemon sends
+        for transport in ("slow", "fast"):
+            batch = [f"{transport}{tick}-{i}" for i in range(2)]
+            await rows_with(run, batch, transport=transport)
+            keys += batch
+        await anyio.sleep(0.5)
+    rows = await run.final(*keys, timeout=60)
+    assert {r["status"] for r in rows.values()} == {"sent"} and {r["attempts"] for r in rows.values()} == {1}
+    assert dict(provider_server.accepted_by_header) == dict.fromkeys(keys, 1), "each email accepted once"
+    assert not given_back(caplog), "the slow transport's rows waited unclaimed for its next slot"
