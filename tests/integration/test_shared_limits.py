@@ -203,3 +203,15 @@ async def test_a_grant_the_database_cannot_answer_holds_the_send_back_uncharged(
     assert outcome is not None and outcome.cause is Cause.HELD_BACK and not outcome.charge_attempt
     assert "cannot take a grant of its shared limits" in (outcome.error or "") and outcome.retry_after_seconds
     await ledger.close()
+
+
+async def test_a_send_that_must_start_before_its_slot_is_unstarted_and_the_slot_stays_for_the_next(
+        ledgers: list[LimitStore]) -> None:
+    limit = SharedLimit("resend", LimitSettings(rate_per_second=1.0), ledgers[0])
+    assert await limit.take(1) is None, "the first slot is due now"
+    assert 0.5 < limit.next_slot_in() <= 1.0, "the next one an interval later"
+    late = await limit.take(1, within=0.3)
+    assert late is not None and late.cause is Cause.UNSTARTED and not late.charge_attempt
+    grants = limit.grants
+    assert await limit.take(1, within=1.5) is None, "a send that may wait longer takes that slot"
+    assert limit.grants == grants, "the slot granted to the unstarted send, not a new one"
