@@ -3,7 +3,6 @@ request slots and of recipients, serialised across connections as across daemons
 
 from __future__ import annotations
 
-import itertools
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -140,11 +139,14 @@ async def test_sends_wait_for_their_slots_and_one_grant_serves_every_waiting_sen
         assert await limit.take(1) is None
         started.append(time.monotonic())
 
+    begun = time.monotonic()
     async with anyio.create_task_group() as tg:
         for _ in range(8):
             tg.start_soon(send)
-    gaps = [b - a for a, b in itertools.pairwise(started)]
-    assert min(gaps) >= 0.09, gaps
+    # the k-th send may start no earlier than k slots of 0.1 s after the first could: a late wake-up under
+    # load only delays a send, so this bound holds however busy the machine is (gaps between wake-ups need not)
+    early = [(k, round(t - begun, 3)) for k, t in enumerate(sorted(started)) if t - begun < k * 0.1 - 0.005]
+    assert not early, f"sends started before their slots: {early}"
     assert limit.grants <= 2, f"{limit.grants} grants for 8 sends"
 
 
