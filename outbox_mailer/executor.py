@@ -218,7 +218,10 @@ class Executor:
             prepared = self._screened(delivery, started)
             if isinstance(prepared, Outcome):
                 self._finish(delivery, name, started, prepared)
-            elif transport.batchable(prepared[1], delivery):  # type: ignore[attr-defined]
+            # after an unknown outcome (the row is pinned) a row goes singly: when that attempt went
+            # singly, only its own key lets the provider absorb the repeat
+            elif delivery.pinned_transport is None and transport.batchable(  # type: ignore[attr-defined]
+                    prepared[1], delivery):
                 members.append(delivery)
                 screened.append(prepared[0])
                 messages.append(prepared[1])
