@@ -14,6 +14,9 @@ Transitions out of ``sending``:
                                             fall after ``expires_at``
 * ambiguous, policy resend -> like transient (same Message-ID next time), but
                               ``in_doubt`` rather than ``failed`` once attempts are used up
+* unstarted                -> ``pending`` as it was (its schedule, its ``last_error``),
+                              the attempt refunded and no attempt written: the
+                              claim went back untried
 * ambiguous, policy hold   -> ``in_doubt``  (an operator decides), except when the
                               transport's idempotency key makes a resend safe
                               (``resend_safe_until``): then like transient, while
@@ -41,7 +44,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Literal
 
-from .delivery import Delivery, Outcome, OutcomeKind, RefusedRecipient, Status
+from .delivery import Cause, Delivery, Outcome, OutcomeKind, RefusedRecipient, Status
 
 MAX_ERROR_CHARS = 2000
 LATEST = datetime(9998, 12, 31, tzinfo=UTC)  # the schema refuses scheduled_at from 9999 on
@@ -65,6 +68,7 @@ class Transition:
     refund_attempt: bool = False  # the attempt is not counted (outage, not the message's fault)
     retry_recipients: tuple[str, ...] | None = None  # the next attempt sends to these only (None: all)
     refused_recipients: tuple[str, ...] = ()  # newly given up: these will not get the email
+    given_back: bool = False  # the claim went back untried: no attempt is written, the row is as it was
 
 
 def backoff_seconds(attempt: int, policy: RetryPolicy, jitter: float) -> float:
@@ -82,6 +86,9 @@ def max_attempts_of(delivery: Delivery, policy: RetryPolicy) -> int:
 
 def decide(delivery: Delivery, outcome: Outcome, now: datetime, policy: RetryPolicy, jitter: float) -> Transition:
     """Turn one attempt's outcome into the row's next state."""
+    if outcome.cause is Cause.UNSTARTED:
+        return Transition(Status.PENDING, refund_attempt=True, retry_recipients=delivery.retry_recipients,
+                          given_back=True)
     if outcome.kind is OutcomeKind.SENT:
         retry = tuple(r.address for r in outcome.refused if not r.permanent)
         if retry:

@@ -148,7 +148,8 @@ class Cause(enum.StrEnum):
     AMBIGUOUS = "ambiguous"  # may or may not have been accepted (no reply after the body)
     UNREACHABLE = "unreachable"  # no server could judge the message (refused connection, TLS, AUTH ...)
     PAUSED = "paused"  # the far side refuses our account for a while (quota, credentials, relaying)
-    HELD_BACK = "held_back"  # the daemon did not try (transport paused, claim too old, shutdown)
+    HELD_BACK = "held_back"  # the daemon did not try (transport paused, shutdown)
+    UNSTARTED = "unstarted"  # the claim went back untried (too old to start: it waited for capacity); nothing recorded
     UNSENDABLE = "unsendable"  # the row cannot be sent as it is (cannot compose, expired, unreadable)
 
 
@@ -156,7 +157,7 @@ _RECORDED_AS = {
     Cause.SENT: OutcomeKind.SENT, Cause.TRANSIENT: OutcomeKind.TRANSIENT, Cause.PERMANENT: OutcomeKind.PERMANENT,
     Cause.AMBIGUOUS: OutcomeKind.AMBIGUOUS, Cause.UNREACHABLE: OutcomeKind.TRANSIENT,
     Cause.PAUSED: OutcomeKind.TRANSIENT, Cause.HELD_BACK: OutcomeKind.TRANSIENT,
-    Cause.UNSENDABLE: OutcomeKind.PERMANENT,
+    Cause.UNSENDABLE: OutcomeKind.PERMANENT, Cause.UNSTARTED: OutcomeKind.TRANSIENT,  # (never written)
 }
 # The attempt counts against max_attempts only when a server judged the message.
 _CHARGED = frozenset({Cause.SENT, Cause.TRANSIENT, Cause.PERMANENT, Cause.AMBIGUOUS})
@@ -223,6 +224,10 @@ class Outcome:
     @classmethod
     def unsendable(cls, error: str, **kw: Any) -> Outcome:
         return cls(Cause.UNSENDABLE, error=error, **kw)
+
+    @classmethod
+    def unstarted(cls, error: str) -> Outcome:
+        return cls(Cause.UNSTARTED, error=error)
 
 
 @dataclass(frozen=True, slots=True)

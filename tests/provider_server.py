@@ -23,6 +23,9 @@ batch paths included):
 401, 503 ...), ``slow`` (hold the request, key in progress, then handle it normally),
 ``accept_500`` (accept the email, then answer 500), ``accept_drop`` (accept the email,
 then close the connection without an answer) and ``drop`` (close without accepting).
+The ``delay`` of a ``slow``, ``accept_500`` or ``accept_drop`` fault holds the request that
+long, key in progress, before it is handled: ``accept_500`` with a delay is a slow request
+answered 500 after accepting.
 
 Observations: emails accepted (``accepted``: per idempotency key for a single send, per
 dedupe header for a batch item, so a key counted twice is an email delivered twice) and per
@@ -67,7 +70,7 @@ class Fault:
     headers: dict[str, str] = field(default_factory=dict)
     count: int | None = None  # None: every matching request until removed
     probability: float = 1.0
-    delay: float = 0.0  # ``slow``: seconds to hold the request
+    delay: float = 0.0  # seconds to hold the request before handling it (``slow``, ``accept_500`` ...)
     paths: tuple[str, ...] = SEND_PATHS
     hits: int = 0
 
@@ -321,7 +324,7 @@ class _Handler(BaseHTTPRequestHandler):
                     server.replays += 1
                     return known.status, known.body, dict(known.headers)
                 server.keys[key] = _KeyRecord(payload_hash)
-        if fault is not None and fault.action == "slow":
+        if fault is not None and fault.delay:
             time.sleep(fault.delay)
         if batch:
             status, raw, out_headers = self._answer(200, batch_answer(kind, payload, self._deliver_item))

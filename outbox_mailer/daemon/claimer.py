@@ -4,11 +4,14 @@ Each turn: beat the watchdog; if the send budget (:class:`InFlight`) or every
 open transport's lane is full, wait for a slot; otherwise claim up to
 ``batch_size`` rows (skipping paused transports), hold them in flight, fail at
 once the ones that cannot be sent, and queue the others on their transport's
-lane. A claim that returns fewer rows than asked means the queue is drained
-for now: wait for a NOTIFY, the next ``scheduled_at``, the end of a transport
-pause, or the poll interval. While waiting, the claim session is *idle*: no
-claim is coming to carry the unlocks of committed outcomes (see
-``ClaimSession``), so an idle daemon holds no advisory locks.
+lane. A lane's room under a shared rate is what the requests that rate starts
+within a new claim's start window would carry (none while its next request
+slot is further away: the loop waits for that moment). A claim that returns
+fewer rows than asked means the queue is drained for now: wait for a NOTIFY,
+the next ``scheduled_at``, the end of a transport pause, or the poll interval.
+While waiting, the claim session is *idle*: no claim is coming to carry the
+unlocks of committed outcomes (see ``ClaimSession``), so an idle daemon holds
+no advisory locks.
 """
 
 from __future__ import annotations
@@ -68,8 +71,15 @@ class Claimer:
         return [name for name in self._gates if self._executor.routes.paused_everywhere(name, now)]
 
     def _pauses_left(self) -> list[float]:
+        """Seconds until each paused transport, and each lane waiting for its rate's next request slot,
+        may take rows again."""
         now = monotonic()
-        return [g.breaker.remaining(now) for g in self._gates.values() if g.is_paused(now)]
+        paused = [g.breaker.remaining(now) for g in self._gates.values() if g.is_paused(now)]
+        slots = [self._gates[name].next_request_in() - self._window(name) for name in self._lanes]
+        return paused + [s for s in slots if s > 0]
+
+    def _window(self, name: str) -> float:
+        return self._inflight.start_window(self._executor.transports[name].send_timeout_seconds)
 
     def _lane_room(self) -> int:
         """Sends the open transports could start right now: claim no more, so claimed rows do not
@@ -77,7 +87,23 @@ class Claimer:
         if not self._lanes:
             return self.settings.concurrency  # nothing to queue on (every row fails as an unknown transport)
         now = monotonic()
-        return sum(lane.room for name, lane in self._lanes.items() if not self._gates[name].is_paused(now))
+        return sum(self._room(name, lane) for name, lane in self._lanes.items() if not self._gates[name].is_paused(now))
+
+    def _room(self, name: str, lane: Lane) -> int:
+        rate_room = self._rate_room(name, lane)
+        return lane.room if rate_room is None else rate_room
+
+    def _rate_room(self, name: str, lane: Lane) -> int | None:
+        """Under a shared rate, the rows lane ``name`` may take: what the requests that rate starts before
+        a new claim is too old to start its send would carry (rows claimed beyond that would wait for a
+        slot until they could not be sent, and go back untried). None: no shared rate."""
+        requests = self._gates[name].requests_within(self._window(name))
+        return None if requests is None else lane.room_within(requests)
+
+    def _unclaimable(self) -> list[str]:
+        """Transports whose rows are not claimed now: those nothing can carry (paused), and those whose
+        lane has no room under their shared rate (while other lanes have room)."""
+        return [*self.paused(), *(name for name, lane in self._lanes.items() if self._rate_room(name, lane) == 0)]
 
     def _worthwhile_claim(self) -> int:
         """The fewest rows worth a claim: while sends are in flight, a quarter of what the daemon can
@@ -102,9 +128,10 @@ class Claimer:
             # a send frees its slot when it returns; its outcome may still wait for the recorder
             free = min(self._inflight.room, self._lane_room())
             if free < self._worthwhile_claim():
-                # every slot busy, every transport with room paused, or too few slots free to be worth a claim
+                # every slot busy, every transport with room paused or waiting for its rate's next slot,
+                # or too few slots free to be worth a claim
                 wait = min([*self._pauses_left(), self.settings.poll_interval_seconds, self._liveness.interval])
-                if self.paused():  # no claim may follow soon: unlock what is committed
+                if self.paused() or not self._inflight.sending:  # no claim may follow soon: unlock what is committed
                     async with self._db.idle():
                         await self._inflight.wait_for_slot(wait)
                 else:  # busy slots: a claim follows the next freed one and carries the unlocks
@@ -114,7 +141,7 @@ class Claimer:
             want = min(self.settings.batch_size, free)
             try:
                 session = await self._db.claim_session()
-                batch = await session.claim_due(want, self._executor.worker, paused=self.paused(),
+                batch = await session.claim_due(want, self._executor.worker, paused=self._unclaimable(),
                                                 default_transport=self._executor.default_transport,
                                                 max_content_bytes=self.settings.max_message_bytes,
                                                 message_ids=self._executor.message_ids)

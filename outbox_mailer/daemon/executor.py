@@ -6,7 +6,7 @@ job executor)::
     claimed row ─▶ unreadable or unknown transport? ─────────────────────┐
         │                                                                │
         ▼                                                                ▼
-    expired? ─▶ compose ─▶ gate.admit (shared limits, pause) ─▶ claim still young?
+    expired? ─▶ compose ─▶ claim young? ─▶ gate.admit (shared limits, pause) ─▶ claim still young?
         ─▶ transport.send ─▶ gate.observe (breaker) ─▶ decide() ─▶ OutcomeWrite ─▶ recorder
 
 Every way out of a send (sent, refused, unreachable, held back, cancelled at
@@ -20,11 +20,13 @@ record of a batch before its request (:class:`BatchLedger`).
 Batches (a transport with a batch endpoint, :meth:`carry_batch`): each member is
 composed on its own; members the transport cannot batch go singly; the batch is
 admitted once (a rate limit counts requests), recorded with its key, sent, and
-each member's answer becomes its own outcome. A member the provider did not
-judge (the batch refused as a whole) is sent singly at once. An ambiguous answer
-that a resend under the same key would absorb gives the whole batch up to the
-rescuer, which resends the identical batch (:meth:`replay_batch`), never its
-members under other keys.
+each member's answer becomes its own outcome. A member whose claim grew too old
+to start a send (before or while the batch waited for admission) is left out of
+the request and goes back untried: nothing is written or charged for it. A
+member the provider did not judge (the batch refused as a whole) is sent singly
+at once. An ambiguous answer that a resend under the same key would absorb gives
+the whole batch up to the rescuer, which resends the identical batch
+(:meth:`replay_batch`), never its members under other keys.
 """
 
 from __future__ import annotations
@@ -66,7 +68,7 @@ from .recorder import Recorder
 
 log = logging.getLogger("outbox_mailer")
 
-START_MARGIN_SECONDS = 1.0  # a send must end this long before its claim could be rescued
+TOO_LATE = "waited too long after the claim to start a send safely"
 
 
 class BatchLedger(CarrierLedger, Protocol):
@@ -122,7 +124,6 @@ class Executor:
             default_max_attempts=settings.max_attempts,
             in_doubt=settings.in_doubt,
         )
-        self._rescue_after = settings.effective_rescue_after_seconds  # derived from every transport: once
         self._dropped: dict[int, tuple[RefusedRecipient, ...]] = {}  # recipients left out (suppressed, a Bcc redirected)
         self.guard = StagingGuard.of(settings.allowed_recipients, settings.redirect_to)
         self.message_ids = settings.message_id_key()  # what the claim computes Message-IDs with
@@ -216,7 +217,10 @@ class Executor:
             prepared = self._screened(delivery, started)
             if isinstance(prepared, Outcome):
                 self._finish(delivery, name, started, prepared)
-            elif transport.batchable(prepared[1], delivery):  # type: ignore[attr-defined]
+            # after an unknown outcome (the row is pinned) a row goes singly: when that attempt went
+            # singly, only its own key lets the provider absorb the repeat
+            elif delivery.pinned_transport is None and transport.batchable(  # type: ignore[attr-defined]
+                    prepared[1], delivery):
                 members.append(delivery)
                 screened.append(prepared[0])
                 messages.append(prepared[1])
@@ -241,6 +245,12 @@ class Executor:
         except Exception as exc:  # a poison batch must not stop the daemon
             log.exception("unexpected error sending a batch of %d", len(members))
             results = [Outcome.permanent(f"internal error: {type(exc).__name__}: {exc}")] * len(members)
+        late = {i: r for i, r in enumerate(results) if isinstance(r, Outcome) and r.cause is Cause.UNSTARTED}
+        for i, outcome in late.items():  # too old to start: back untried, not in the request
+            self._finish(members[i], name, started, outcome)
+        members = [d for i, d in enumerate(members) if i not in late]
+        messages = [m for i, m in enumerate(messages) if i not in late]
+        results = [r for i, r in enumerate(results) if i not in late]
         if any(resend_whole(r, self.clock()) for r in results):
             await self._give_up(name, members, messages, results, started)
             return
@@ -252,13 +262,30 @@ class Executor:
 
     async def _request_batch(self, name: str, transport: Transport, members: list[Delivery],
                              messages: list[ComposedMessage], screened: list[Delivery]) -> list[BatchOutcome]:
-        """Admit once, record the batch with its key, each member's recipients as screened and the
-        request's digest, then make the one request (built from the screened rows)."""
-        held_back = await self.gates[name].admit(sum(len(m.recipients) for m in messages))
-        if held_back is not None:
-            return [held_back] * len(members)
-        if not all(self._may_start(d, transport) for d in members):
-            return [Outcome.held_back("waited too long after the claim to start a send safely")] * len(members)
+        """Admit once, record the batch with its key, each member's recipients as screened and the request's
+        digest, then make the one request (built from the screened rows); a member too old to start (before
+        or after the wait for admission) is not in it: it goes back untried (unstarted)."""
+        results: list[BatchOutcome] = [Outcome.unstarted(TOO_LATE)] * len(members)
+        left = [self._inflight.start_left(d, transport.send_timeout_seconds) for d in members]
+        going = [i for i, seconds in enumerate(left) if seconds > 0]  # no slot taken for the late
+        if not going:
+            return results
+        held_back = await self.gates[name].admit(sum(len(messages[i].recipients) for i in going), max(left))
+        if held_back is None:
+            going = [i for i in going if self._may_start(members[i], transport)]  # it waited for its slot
+            answers = await self._open_and_send(name, transport, [members[i] for i in going],
+                                                [messages[i] for i in going],
+                                                [screened[i] for i in going]) if going else []
+        else:
+            answers = [held_back] * len(going)
+        for i, answer in zip(going, answers, strict=True):
+            results[i] = answer
+        return results
+
+    async def _open_and_send(self, name: str, transport: Transport, members: list[Delivery],
+                             messages: list[ComposedMessage], screened: list[Delivery]) -> list[BatchOutcome]:
+        """Record the batch with its key, each member's recipients as screened and the request's digest,
+        then make the one request."""
         key = batch_idempotency_key([d.dedupe_key for d in members])
         digest = transport.batch_digest(messages, screened, key)  # type: ignore[attr-defined]
         recipients = [(d.to_addresses, d.cc_addresses, d.bcc_addresses) for d in screened]
@@ -388,22 +415,23 @@ class Executor:
                 return prepared, None
             message = prepared
         transport = self.transports[name]
-        held_back = await self.gates[name].admit(len(message.recipients))
-        if held_back is None and name != presumed_carrier(self.transport_of(delivery), delivery.pinned_transport):
-            held_back = await record_carrier(self._ledger, delivery, name)
+        left = self._inflight.start_left(delivery, transport.send_timeout_seconds)
+        if left <= 0:  # too old already (queued behind slow sends): take no slot
+            return Outcome.unstarted(TOO_LATE), message
+        held_back = await self.gates[name].admit(len(message.recipients), left)
         if held_back is not None:
             return held_back, message
-        if not self._may_start(delivery, transport):
-            return Outcome.held_back("waited too long after the claim to start a send safely"), message
+        if not self._may_start(delivery, transport):  # it waited for the transport's capacity
+            return Outcome.unstarted(TOO_LATE), message
+        if name != presumed_carrier(self.transport_of(delivery), delivery.pinned_transport):
+            held_back = await record_carrier(self._ledger, delivery, name)  # a rescuer must know where it went
+            if held_back is not None:
+                return held_back, message
         return await transport.send(message, delivery), message
 
     def _may_start(self, delivery: Delivery, transport: Transport) -> bool:
-        """A send must end before its claim could be rescued: start it only while
-        claim age + send timeout stays under the rescue delay (with a margin)."""
-        age = self._inflight.claim_age(delivery)
-        if age is None:
-            return False
-        return age + transport.send_timeout_seconds + START_MARGIN_SECONDS < self._rescue_after
+        """A send must end before its claim could be rescued: start it only inside its start window."""
+        return self._inflight.start_left(delivery, transport.send_timeout_seconds) > 0
 
     def _finish(self, delivery: Delivery, name: str, started: datetime, outcome: Outcome,
                 message_id: str | None = None) -> None:

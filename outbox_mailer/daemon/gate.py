@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 
 from ..clock import monotonic
 from ..delivery import Cause, Outcome
@@ -42,19 +43,36 @@ class TransportGate:
         shared = self.limit.held_until if self.limit is not None else 0.0
         return max(0.0, self.held_off_until - now, shared - now)
 
+    def requests_within(self, seconds: float) -> int | None:
+        """Requests this transport may start within ``seconds``: none while its next request slot (or a
+        429's hold) comes later, else that one and one per interval of the shared rate in force after
+        it; None: no shared rate."""
+        rate = self.limit.rate_in_force if self.limit is not None else None
+        if self.limit is None or rate is None:
+            return None
+        first = self.next_request_in()
+        return 0 if first > seconds else 1 + math.floor(rate * (seconds - first))
+
+    def next_request_in(self) -> float:
+        """Seconds until this transport may start its next request: its next slot of the shared rate,
+        or the end of a 429's hold."""
+        slot = self.limit.next_slot_in() if self.limit is not None else 0.0
+        return max(slot, self.held_off_seconds(monotonic()))
+
     def fits_one_request(self, recipients: int) -> bool:
         """A request for this many recipients could ever pass DAILY_LIMIT (a batch that could not goes singly)."""
         daily = self.limit.daily_limit if self.limit is not None else None
         return daily is None or recipients <= daily
 
-    async def admit(self, recipients: int = 1) -> Outcome | None:
-        """Wait for one request's share of the limits, for ``recipients``; None when a send may start
-        now, else why it may not (the caller checks the claim's age after this wait)."""
+    async def admit(self, recipients: int = 1, within: float = math.inf) -> Outcome | None:
+        """Wait for one request's share of the limits, for ``recipients``, if it comes within ``within``
+        seconds; None when a send may start now, else why it may not (the caller checks the claim's age
+        after this wait)."""
         paused = self._paused()
         if paused is not None or self.limit is None:
             return paused
         # the wait for a share of the limits may outlast a pause that began meanwhile
-        return await self.limit.take(recipients) or self._paused()
+        return await self.limit.take(recipients, within) or self._paused()
 
     def _paused(self) -> Outcome | None:
         now = monotonic()

@@ -5,6 +5,11 @@ is committed (its advisory lock is ours all that time); it is *sending* from
 its claim until its send returns. ``concurrency`` bounds the rows sending; the
 rows held are bounded at twice that (outcomes waiting for the recorder).
 
+A held row's send may start only within its *start window*: the send must end
+(``START_MARGIN_SECONDS`` early) before the claim could be rescued, so a claim
+older than the rescue delay minus the send timeout and the margin is never
+sent (:meth:`InFlight.start_left`).
+
 Two signals, both set from anywhere without waiting:
 
 * a slot freed (a send returned, an outcome was recorded, stopping);
@@ -14,6 +19,7 @@ Two signals, both set from anywhere without waiting:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import anyio
@@ -22,10 +28,13 @@ from ..clock import monotonic
 from ..delivery import Delivery, Status
 from ..store import OutcomeWrite
 
+START_MARGIN_SECONDS = 1.0  # a send must end this long before its claim could be rescued
+
 
 class InFlight:
-    def __init__(self, concurrency: int) -> None:
+    def __init__(self, concurrency: int, rescue_after_seconds: float) -> None:
         self.concurrency = concurrency
+        self.rescue_after = rescue_after_seconds
         self._held: dict[int, tuple[str, float]] = {}  # row id -> (dedupe key, monotonic claim time)
         self._sending = 0
         self._slot_freed = anyio.Event()
@@ -51,10 +60,14 @@ class InFlight:
         """Dedupe keys whose advisory locks are ours (re-taken after a reconnect)."""
         return [key for key, _ in self._held.values()]
 
-    def claim_age(self, delivery: Delivery) -> float | None:
-        """Seconds since the row was claimed; None once it is no longer held."""
+    def start_window(self, send_timeout_seconds: float) -> float:
+        """How long after its claim a send with this timeout may start."""
+        return self.rescue_after - send_timeout_seconds - START_MARGIN_SECONDS
+
+    def start_left(self, delivery: Delivery, send_timeout_seconds: float) -> float:
+        """Seconds left to start the row's send (-inf once the row is no longer held)."""
         held = self._held.get(delivery.id)
-        return None if held is None else monotonic() - held[1]
+        return -math.inf if held is None else self.start_window(send_timeout_seconds) - (monotonic() - held[1])
 
     # -- the row's path ---------------------------------------------------------
 

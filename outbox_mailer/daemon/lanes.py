@@ -11,6 +11,10 @@ What a worker does with a row is the executor's business (executor.py).
 A lane of a transport that sends batches (``batch_limit`` > 1: a provider's
 batch endpoint) hands each worker up to ``batch_limit`` queued rows at once,
 and has room for a full batch per worker.
+
+A transport with a shared rate can start only so many requests before a claim
+grows too old to start its send: :meth:`Lane.room_within` is the room those
+requests leave (the claim loop asks it, claimer.py).
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ class Lane:
         self._queue: deque[Delivery] = deque()
         self._idle: list[anyio.Event] = []  # one event per worker waiting for a row
         self._busy = 0  # rows being handled
+        self._working = 0  # workers handling a row or a batch: a request each, made or to come
 
     @property
     def room(self) -> int:
@@ -46,6 +51,11 @@ class Lane:
         delay). The daemon's ``concurrency`` bounds the total.
         """
         return self.capacity - self._busy - len(self._queue)
+
+    def room_within(self, requests: int) -> int:
+        """Rows this lane can take that ``requests`` requests would carry, besides the rows it holds (a
+        request for each busy worker, and one for every ``batch_limit`` rows queued)."""
+        return max(0, min(self.room, (requests - self._working) * self.batch_limit - len(self._queue)))
 
     @property
     def capacity(self) -> int:
@@ -74,16 +84,20 @@ class Lane:
                 if handle_batch is not None and self.batch_limit > 1 and len(self._queue) > 1:
                     rows = [self._queue.popleft() for _ in range(min(self.batch_limit, len(self._queue)))]
                     self._busy += len(rows)
+                    self._working += 1
                     try:
                         await handle_batch(rows)
                     finally:
                         self._busy -= len(rows)
+                        self._working -= 1
                 else:
                     self._busy += 1
+                    self._working += 1
                     try:
                         await handle(self._queue.popleft())
                     finally:
                         self._busy -= 1
+                        self._working -= 1
                 handled += 1
                 if handled % YIELD_EVERY_ROWS == 0:
                     # a send that completes without waiting would otherwise hold the event loop for the

@@ -149,6 +149,10 @@ class Metrics:
     def _count(self, write: OutcomeWrite, applied: bool) -> None:
         attempt, transition = write.attempt, write.transition
         transport = self._transport(attempt.transport)
+        if transition.given_back:  # a claim given back untried: no send, no retry
+            if not applied:
+                self.claims_lost.inc()
+            return
         if not attempt.worker.startswith(RESCUER_PREFIX):  # a rescue's "duration" is the dead claim's age
             seconds = max(0.0, (attempt.finished_at - attempt.started_at).total_seconds())
             self.send_duration.labels(transport, OutcomeKind(attempt.outcome).value).observe(seconds)

@@ -9,7 +9,10 @@ takes capacity from there **a batch at a time**, never a round trip per email:
   here. All daemons' slots come from one schedule (a generic cell rate algorithm), so together
   they never exceed the rate plus the burst. A slot more than ``LATE_SHARE`` of an interval late
   is dropped, not used (late slots would go out together). The burst's tolerance is reckoned at
-  the configured rate, so a lowered rate never brings a slot forward;
+  the configured rate, so a lowered rate never brings a slot forward. A send that must start by
+  a deadline (its claim would be too old to start after it) does not wait for a slot due later:
+  it is answered ``unstarted`` and the slot stays for the next send; :meth:`next_slot_in` tells
+  the claim loop when that is (it claims for a lane only what its slots start in time);
 * **recipients**: a grant takes what the send needs for each send waiting, or ``DAILY_CHUNK`` of
   the limit when that is more (round trips stay rare at large limits). Held recipients are used
   before the usage slot they are counted in ends (sent later, they would fall outside windows
@@ -101,6 +104,7 @@ class SharedLimit:
         self._waiting = 0  # sends waiting here: the next grant reserves a slot for each
         self._slots: deque[float] = deque()  # due times (monotonic) of the request slots granted to us
         self._late = 0.0  # a slot this late is dropped (LATE_SHARE of the interval)
+        self._last_slot = -math.inf  # due time of the last slot taken: the next is an interval later, or so
         self.held_until = 0.0  # monotonic: no slot is due before then (failover.py routes around a long wait)
         self._allowance: deque[_Held] = deque()  # recipients granted and not yet used, oldest first
         self._unused: deque[_Held] = deque()  # held ones whose slot ended: to give back
@@ -123,20 +127,32 @@ class SharedLimit:
         """Recipients granted to this daemon and not used yet."""
         return sum(h.left for h in self._allowance)
 
-    async def take(self, recipients: int) -> Outcome | None:
-        """Wait for a request slot and room for ``recipients``; None when the send may start now,
-        else why it may not (the window full: paused; the database unreachable: held back)."""
+    def next_slot_in(self) -> float:
+        """Seconds until this daemon's next request slot (granted, or reckoned an interval at the rate in
+        force after the last one taken; 0 when it could be now)."""
+        now = self._clock()
+        if self._slots:
+            return max(0.0, self._slots[0] - now)
+        if self.rate_in_force is None:
+            return 0.0
+        return max(0.0, self._last_slot + 1 / self.rate_in_force - now)
+
+    async def take(self, recipients: int, within: float = math.inf) -> Outcome | None:
+        """Wait for a request slot (one due within ``within`` seconds) and room for ``recipients``; None
+        when the send may start now, else why it may not (no slot in time: unstarted; the window full:
+        paused; the database unreachable: held back)."""
         if self.daily_limit is not None and recipients > self.daily_limit:
             return Outcome.unsendable(f"{recipients} recipients: more than DAILY_LIMIT ({self.daily_limit}) of "
                                       f"transport {self.name!r} allows in one window")
+        deadline = self._clock() + within
         self._waiting += 1
         try:
             async with self._lock:
-                return await self._take(recipients)
+                return await self._take(recipients, deadline)
         finally:
             self._waiting -= 1
 
-    async def _take(self, recipients: int) -> Outcome | None:
+    async def _take(self, recipients: int, deadline: float) -> Outcome | None:
         if self.rate is not None:  # a slot first (a grant for it takes the recipients too, when short)
             while True:
                 now = self._clock()
@@ -153,8 +169,13 @@ class SharedLimit:
                     return self._window_full(grant)
                 if not self._slots:  # none due within the horizon: ask again when one is
                     self.held_until = self._clock() + grant.first_in
+                    if self.held_until > deadline:
+                        return self._too_late()
                     await anyio.sleep(max(grant.first_in - HORIZON_SECONDS, 0.001))
-            wait = self._slots.popleft() - self._clock()
+            if self._slots[0] > deadline:
+                return self._too_late()  # the slot stays for a later send
+            self._last_slot = self._slots.popleft()
+            wait = self._last_slot - self._clock()
             if wait > 0:
                 await anyio.sleep(wait)
         if self.daily_limit is not None:  # recipients usable now (held ones end with their slot)
@@ -176,6 +197,9 @@ class SharedLimit:
         while self._allowance and self._allowance[0].usable_until <= now:
             self._unused.append(self._allowance.popleft())  # given back with the next grant
         return max(0, recipients - self.held)
+
+    def _too_late(self) -> Outcome:
+        return Outcome.unstarted(f"transport {self.name!r}: no request slot before the claim is too old to start")
 
     def _unreachable(self, exc: Exception) -> Outcome:
         return Outcome.held_back(f"transport {self.name!r}: cannot take a grant of its shared limits: {exc}",

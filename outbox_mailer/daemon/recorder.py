@@ -182,6 +182,9 @@ class Recorder:
             log.warning("claim lost key=%s attempt=%d outcome=%s: the row changed under us; not applied",
                         d.dedupe_key, a.attempt, a.outcome)
             return
+        if t.given_back:  # not an attempt: neither counted nor logged as a retry
+            log.debug("given back key=%s untried: %s", d.dedupe_key, a.error)
+            return
         counter = COUNTED.get(t.status)
         if counter:
             self.counts[counter] += 1

@@ -97,7 +97,7 @@ class Daemon:
         self.notifier = notifier or SystemdNotifier({})
         self._url = settings.require_database_url()
         self._stopping = anyio.Event()
-        self.inflight = InFlight(settings.concurrency)
+        self.inflight = InFlight(settings.concurrency, settings.effective_rescue_after_seconds)
         self.liveness = Liveness(self.notifier, self._status_line, settings.debug_wedge_file)
         self._session_limits = SessionLimits(settings.database_timeout_seconds)
         self._db = DaemonSessions(self._url, on_notify=self.inflight.work_may_be_due, held_keys=self.inflight.keys,

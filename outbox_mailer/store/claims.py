@@ -80,6 +80,8 @@ class RecordedBatch:
 
 @dataclass(frozen=True, slots=True)
 class OutcomeWrite:
+    """A decided transition and its attempt (not written when the transition gives the claim back untried)."""
+
     delivery: Delivery
     transition: Transition
     attempt: AttemptRecord
@@ -103,7 +105,7 @@ def outcome_parameters(writes: Sequence[OutcomeWrite]) -> tuple[list[Any], ...]:
         [x.attempt for x in a],  # $11
         [x.started_at for x in a],
         [x.finished_at for x in a],
-        [x.outcome.value for x in a],
+        [None if x.given_back else y.outcome.value for x, y in zip(t, a, strict=True)],  # $14 (none: no attempt)
         [x.reply_code for x in a],
         [x.enhanced_code for x in a],
         [x.error for x in a],

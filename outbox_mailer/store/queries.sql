@@ -1,7 +1,7 @@
 -- Every runtime query of outbox-mailer, one named block each.
 -- A block starts with `-- name: <name>` followed by a one-line description
 -- comment; the name matches the Store method that runs it. Loaded once by
--- outbox_mailer/queries.py; tests/integration/test_queries_prepare.py prepares every
+-- outbox_mailer/store/queries.py; tests/integration/test_queries_prepare.py prepares every
 -- block against a migrated database.
 --
 -- Advisory locks: session level, 64-bit, the key of each row given by the SQL
@@ -141,18 +141,18 @@ FROM unnest($1::text[]) AS k
 WHERE NOT pg_try_advisory_lock(outbox_mailer_lock_key(k));
 
 -- name: record_outcomes
--- Apply decided transitions, fenced on (id, status = 'sending', claim_token), and keep email_queue (settled rows leave it, retried rows wait in it again); write every attempt. Returns the ids updated. Parameters: store/claims.py outcome_parameters(). Recipient lists travel as JSON text (null: none), one per row: asyncpg would take nested lists for a multi-dimensional array.
+-- Apply decided transitions, fenced on (id, status = 'sending', claim_token), and keep email_queue (settled rows leave it, retried rows wait in it again); write every attempt. A claim given back untried has no attempt (its outcome $14 is null): nothing is written for it and the row keeps its last_error. Returns the ids updated. Parameters: store/claims.py outcome_parameters(). Recipient lists travel as JSON text (null: none), one per row: asyncpg would take nested lists for a multi-dimensional array.
 WITH decided AS (
     SELECT *
     FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::timestamptz[], $5::text[], $6::text[],
-                $7::timestamptz[], $8::integer[], $9::text[], $10::text[], $21::text[])
+                $7::timestamptz[], $8::integer[], $9::text[], $10::text[], $21::text[], $14::text[])
          AS o(id, claim_token, status, scheduled_at, last_error, provider_message_id, sent_at, refund,
-              retry_recipients, refused_recipients, message_id)
+              retry_recipients, refused_recipients, message_id, attempt_outcome)
 ), updated AS (
     UPDATE email_deliveries d
     SET status = o.status,
         scheduled_at = coalesce(o.scheduled_at, d.scheduled_at),
-        last_error = o.last_error,
+        last_error = CASE WHEN o.attempt_outcome IS NULL THEN d.last_error ELSE o.last_error END,
         provider_message_id = coalesce(o.provider_message_id, d.provider_message_id),
         message_id = coalesce(d.message_id, o.message_id),  -- a rescued claim of a daemon that did not write it
         sent_at = o.sent_at,
@@ -188,6 +188,7 @@ WITH decided AS (
          AS a(delivery_id, attempt, started_at, finished_at, outcome, reply_code, enhanced_code, error, transport,
               worker, refused, message_id, provider_message_id, reply)
     WHERE a.delivery_id = ANY (ARRAY(SELECT e.id FROM email_deliveries e WHERE e.id = ANY ($1::bigint[])))
+      AND a.outcome IS NOT NULL
     ON CONFLICT (delivery_id, attempt, started_at) DO NOTHING
 )
 -- quoted: an event that matched no row quotes this outcome's provider id or Message-ID (it came before
@@ -669,7 +670,7 @@ SELECT DISTINCT ON (address) address, 'hard_bounce', 'smtp', delivery_id FROM re
 ON CONFLICT (address) DO NOTHING;
 
 -- name: take_capacity
--- One grant of a transport's shared limits (sql/0011_shared_limits.sql, outbox_mailer/quotas.py): $1 transport, $2 RATE_PER_SECOND (null: none), $3 BURST, $4 requests wanted, $5 horizon in seconds, $6 DAILY_LIMIT (null: none), $7 DAILY_WINDOW_SECONDS, $8 recipients wanted, $9 recipients given back, $10 the slot they were granted in, $11 recovery seconds of a throttled rate.
+-- One grant of a transport's shared limits (sql/0011_shared_limits.sql, outbox_mailer/daemon/quotas.py): $1 transport, $2 RATE_PER_SECOND (null: none), $3 BURST, $4 requests wanted, $5 horizon in seconds, $6 DAILY_LIMIT (null: none), $7 DAILY_WINDOW_SECONDS, $8 recipients wanted, $9 recipients given back, $10 the slot they were granted in, $11 recovery seconds of a throttled rate.
 SELECT * FROM email_take_capacity($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11);
 
 -- name: throttle_transport

@@ -23,6 +23,7 @@ import pytest
 
 from tests.conftest import FIGURES_KEYWORD
 from tests.e2e.conftest import Installed, base_env
+from tests.smtp_server import free_port
 
 KEY_HEADER = "X-Test-Key"
 FINAL = ("sent", "failed", "cancelled", "in_doubt")
@@ -58,6 +59,18 @@ def daemon_env(db_url: str, smtp_port: int, **overrides: str) -> dict[str, str]:
         **overrides,
     }
     return base_env(**settings)
+
+
+def resend_env(db_url: str, base_url: str, **overrides: str) -> dict[str, str]:
+    """A daemon sending every row through the Resend transport at ``base_url`` (the fake provider);
+    SMTP is configured, on a closed port, and unused. ``overrides`` as for :func:`daemon_env`."""
+    return daemon_env(db_url, free_port(), **{
+        "OUTBOX_MAILER_TRANSPORTS__RESEND__KIND": "resend",
+        "OUTBOX_MAILER_TRANSPORTS__RESEND__API_KEY": "test",
+        "OUTBOX_MAILER_TRANSPORTS__RESEND__BASE_URL": base_url,
+        "OUTBOX_MAILER_DEFAULT_TRANSPORT": "resend",
+        **overrides,
+    })
 
 
 # ---- SQL through psql (works across a PostgreSQL restart, no driver state) -------------
@@ -294,6 +307,16 @@ class KillRun:
     def in_flight_keys(self) -> set[str]:
         return set().union(*self.in_flight)
 
+    def kill(self, url: str, daemon: DaemonProcess) -> None:
+        """kill -9 ``daemon``; note the rows it had in 'sending' and the rows not yet final."""
+        assert daemon.alive(), f"daemon exited on its own:\n{daemon.log_tail()}"
+        daemon.kill9()
+        rows = sql(url, f"SELECT dedupe_key FROM email_deliveries WHERE status = 'sending' "
+                        f"AND claimed_by = '{daemon.worker}'")  # fmt: skip
+        self.in_flight.append({key for (key,) in rows})
+        counts = status_counts(url)
+        self.left.append(counts.get("pending", 0) + counts.get("sending", 0))
+
 
 def kill_repeatedly(url: str, fleet: Fleet, env: dict[str, str], rng: Any, kills: int, *,
                     max_sent_between: int, name: str = "kill") -> KillRun:
@@ -310,12 +333,6 @@ def kill_repeatedly(url: str, fleet: Fleet, env: dict[str, str], rng: Any, kills
         wait_until(lambda: sent_count(url) >= target or not daemon.alive(), 30, interval=0.02,  # noqa: B023
                    what=lambda: f"{target} rows sent:\n{daemon.log_tail()}")  # noqa: B023  # fmt: skip
         time.sleep(rng.uniform(0, 0.1))
-        assert daemon.alive(), f"daemon exited on its own:\n{daemon.log_tail()}"
-        daemon.kill9()
-        rows = sql(url, f"SELECT dedupe_key FROM email_deliveries WHERE status = 'sending' "
-                        f"AND claimed_by = '{daemon.worker}'")  # fmt: skip
-        run.in_flight.append({key for (key,) in rows})
-        counts = status_counts(url)
-        run.left.append(counts.get("pending", 0) + counts.get("sending", 0))
+        run.kill(url, daemon)
     return run
 

@@ -14,9 +14,9 @@ import time
 
 from tests.e2e.chaos import (  # noqa: F401
     Fleet,
-    daemon_env,
     fleet,
     insert_rows,
+    resend_env,
     sql,
     status_counts,
     wait_until,
@@ -26,14 +26,6 @@ from tests.provider_server import ProviderServer
 ROWS = 60
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_kill9_during_a_batch_request_is_rescued_as_the_same_batch_under_the_same_key(
         db_url: str, fleet: Fleet) -> None:  # noqa: F811
     fleet.deadline(120)
@@ -41,14 +33,10 @@ def test_kill9_during_a_batch_request_is_rescued_as_the_same_batch_under_the_sam
     server.add_fault("slow", delay=3.0, count=1, paths=("/emails/batch",))
     try:
         keys = insert_rows(db_url, ROWS, prefix="kb-")
-        env = daemon_env(
-            db_url, _free_port(),  # SMTP configured, unused
-            OUTBOX_MAILER_TRANSPORTS__RESEND__KIND="resend",
-            OUTBOX_MAILER_TRANSPORTS__RESEND__API_KEY="test",
-            OUTBOX_MAILER_TRANSPORTS__RESEND__BASE_URL=server.base_url,
+        env = resend_env(
+            db_url, server.base_url,
             OUTBOX_MAILER_TRANSPORTS__RESEND__RATE_PER_SECOND="100",
             OUTBOX_MAILER_TRANSPORTS__RESEND__TIMEOUT_SECONDS="10",
-            OUTBOX_MAILER_DEFAULT_TRANSPORT="resend",
             OUTBOX_MAILER_SMTP__TLS="none",
             OUTBOX_MAILER_SMTP__DATA_TIMEOUT_SECONDS="2",
             OUTBOX_MAILER_SMTP__SEND_TIMEOUT_SECONDS="2",

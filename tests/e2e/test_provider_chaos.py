@@ -19,11 +19,11 @@ import time
 from tests.e2e.chaos import (
     Figures,
     Fleet,
-    daemon_env,
     figures,  # noqa: F401  (fixture)
     fleet,  # noqa: F401  (fixture)
     insert_rows,
     kill_repeatedly,
+    resend_env,
     scalar,
     sql,
     status_counts,
@@ -36,14 +36,6 @@ from tests.smtp_server import SmtpTestServer, smtp_server  # noqa: F401  (fixtur
 KILLS = 10
 ROWS = 2000
 TIME_LIMIT_SECONDS = 120
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def settled(url: str, total: int) -> bool:
@@ -67,16 +59,12 @@ def test_kill9_ten_times_through_resend_every_key_accepted_exactly_once(
                      headers={"Retry-After": "0.2"}, probability=0.01)
     try:
         keys = insert_rows(db_url, ROWS)
-        env = daemon_env(
-            db_url, free_port(),  # SMTP is configured but unused: every row goes through resend
-            OUTBOX_MAILER_TRANSPORTS__RESEND__KIND="resend",
-            OUTBOX_MAILER_TRANSPORTS__RESEND__API_KEY="test",
-            OUTBOX_MAILER_TRANSPORTS__RESEND__BASE_URL=server.base_url,
+        env = resend_env(
+            db_url, server.base_url,
             OUTBOX_MAILER_TRANSPORTS__RESEND__RATE_PER_SECOND="500",
             OUTBOX_MAILER_TRANSPORTS__RESEND__BURST="50",
             OUTBOX_MAILER_TRANSPORTS__RESEND__MAX_PARALLEL="16",
             OUTBOX_MAILER_TRANSPORTS__RESEND__TIMEOUT_SECONDS="2",
-            OUTBOX_MAILER_DEFAULT_TRANSPORT="resend",
             OUTBOX_MAILER_IN_DOUBT="hold",
             OUTBOX_MAILER_SMTP__TLS="none",
             OUTBOX_MAILER_SMTP__DATA_TIMEOUT_SECONDS="2",

@@ -207,6 +207,25 @@ async def test_a_batch_of_rows_from_several_claims_is_rescued_whole_under_its_ke
         server.stop()
 
 
+async def test_a_row_whose_single_send_had_an_unknown_outcome_goes_again_singly_under_its_own_key(
+        store: SqlStore, resend: Any) -> None:
+    server = ProviderServer().start()
+    server.add_fault("accept_500", count=1, paths=("/emails",))  # created, then answered 500
+    try:
+        [solo] = await insert(store, 1, prefix="solo")
+        others = await insert(store, 5, scheduled_at="now() + interval '1 hour'")
+        # its retry is due within the hour too: the six are made due together below, to go in one claim
+        await resend(server, retry={"base_seconds": 3600, "max_seconds": 3600})
+        await given_up(store, 1)
+        await store.execute("UPDATE email_deliveries SET scheduled_at = now() WHERE status = 'pending'")
+        assert set((await settled(store, 6)).values()) == {"sent"}
+        assert dict(server.accepted_by_header) == dict.fromkeys([solo, *others], 1), "each email created once"
+        assert [r.headers["idempotency-key"] for r in server.sends("/emails")] == [solo, solo]
+        assert [len(r.json()) for r in server.sends("/emails/batch")] == [5], "the others went in a batch"
+    finally:
+        server.stop()
+
+
 async def suppress(store: SqlStore, address: str) -> None:
     await store.execute("INSERT INTO email_suppressions (address, reason, source) VALUES ($1, 'complaint', 'test')",
                         address)

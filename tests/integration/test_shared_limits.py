@@ -3,7 +3,6 @@ request slots and of recipients, serialised across connections as across daemons
 
 from __future__ import annotations
 
-import itertools
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -140,11 +139,14 @@ async def test_sends_wait_for_their_slots_and_one_grant_serves_every_waiting_sen
         assert await limit.take(1) is None
         started.append(time.monotonic())
 
+    begun = time.monotonic()
     async with anyio.create_task_group() as tg:
         for _ in range(8):
             tg.start_soon(send)
-    gaps = [b - a for a, b in itertools.pairwise(started)]
-    assert min(gaps) >= 0.09, gaps
+    # the k-th send may start no earlier than k slots of 0.1 s after the first could: a late wake-up under
+    # load only delays a send, so this bound holds however busy the machine is (gaps between wake-ups need not)
+    early = [(k, round(t - begun, 3)) for k, t in enumerate(sorted(started)) if t - begun < k * 0.1 - 0.005]
+    assert not early, f"sends started before their slots: {early}"
     assert limit.grants <= 2, f"{limit.grants} grants for 8 sends"
 
 
@@ -203,3 +205,15 @@ async def test_a_grant_the_database_cannot_answer_holds_the_send_back_uncharged(
     assert outcome is not None and outcome.cause is Cause.HELD_BACK and not outcome.charge_attempt
     assert "cannot take a grant of its shared limits" in (outcome.error or "") and outcome.retry_after_seconds
     await ledger.close()
+
+
+async def test_a_send_that_must_start_before_its_slot_is_unstarted_and_the_slot_stays_for_the_next(
+        ledgers: list[LimitStore]) -> None:
+    limit = SharedLimit("resend", LimitSettings(rate_per_second=1.0), ledgers[0])
+    assert await limit.take(1) is None, "the first slot is due now"
+    assert 0.5 < limit.next_slot_in() <= 1.0, "the next one an interval later"
+    late = await limit.take(1, within=0.3)
+    assert late is not None and late.cause is Cause.UNSTARTED and not late.charge_attempt
+    grants = limit.grants
+    assert await limit.take(1, within=1.5) is None, "a send that may wait longer takes that slot"
+    assert limit.grants == grants, "the slot granted to the unstarted send, not a new one"

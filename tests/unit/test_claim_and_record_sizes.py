@@ -23,7 +23,7 @@ def rows(n: int, start: int = 0) -> list[SimpleNamespace]:
 
 def claimer(concurrency: int, lanes: dict[str, Lane], batch_size: int = 100) -> tuple[Claimer, InFlight]:
     settings = Settings(database_url="postgresql://x@localhost/x", concurrency=concurrency, batch_size=batch_size)
-    inflight = InFlight(concurrency)
+    inflight = InFlight(concurrency, 60.0)
     return Claimer(settings, None, inflight, None, {}, lanes, None, anyio.Event()), inflight  # type: ignore[arg-type]
 
 
@@ -50,7 +50,7 @@ def test_a_batching_lane_holds_a_whole_batch_per_worker() -> None:
 
 
 def recorder(sending: int) -> Recorder:
-    inflight = InFlight(64)
+    inflight = InFlight(64, 60.0)
     inflight.hold(rows(sending), 0.0)  # type: ignore[arg-type]
     return Recorder(None, anyio.Event(), inflight)  # type: ignore[arg-type]  # no database used
 

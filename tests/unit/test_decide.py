@@ -129,3 +129,12 @@ def test_ambiguous_retry_past_the_idempotency_window_follows_the_policy() -> Non
     assert held.status is Status.IN_DOUBT and "idempotency window" in (held.last_error or "")
     resent = decide(row(attempts=3), outcome, NOW, POLICY, 1.0)
     assert resent.status is Status.PENDING
+
+
+def test_a_claim_given_back_untried_is_pending_as_it_was_and_never_charged() -> None:
+    t = decide(row(attempts=5, retry_recipients=("a@example.com",)),
+               Outcome.unstarted("waited too long after the claim to start a send safely"), NOW, POLICY, 0.5)
+    assert (t.status, t.scheduled_at, t.last_error) == (Status.PENDING, None, None), \
+        "due as before (no backoff), its last error kept by the write, even on its last attempt"
+    assert t.given_back and t.refund_attempt
+    assert t.retry_recipients == ("a@example.com",), "the recipients still to reach are kept"

@@ -56,3 +56,23 @@ async def test_room_counts_idle_workers_and_one_waiting_row_each() -> None:
     g.submit(object())  # type: ignore[arg-type]
     assert g.room == (1 + QUEUE_PER_WORKER) * Instant.max_parallel - 1
     assert len(g.take_queued()) == 1 and g.room == (1 + QUEUE_PER_WORKER) * Instant.max_parallel
+
+
+async def test_room_within_requests_counts_a_request_per_busy_worker_and_per_batch_queued() -> None:
+    lane = Lane("resend", workers=4, batch_limit=100)
+    assert lane.room_within(2) == 200, "two requests carry two batches"
+    assert lane.room_within(0) == 0
+    for row in range(150):
+        lane.submit(row)  # type: ignore[arg-type]
+    assert lane.room_within(2) == 50, "the rows queued fill the first batch and half the second"
+    started = anyio.Event()
+
+    async def handle_batch(rows: list[Any]) -> None:
+        started.set()
+        await anyio.sleep_forever()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(lane.serve, handle_batch, handle_batch)  # type: ignore[arg-type]
+        await started.wait()  # one worker holds a batch of 100: one request in hand, 50 rows queued
+        assert lane.room_within(2) == 50 and lane.room_within(3) == 150
+        tg.cancel_scope.cancel()
