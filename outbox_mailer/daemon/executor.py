@@ -6,7 +6,7 @@ job executor)::
     claimed row ─▶ unreadable or unknown transport? ─────────────────────┐
         │                                                                │
         ▼                                                                ▼
-    expired? ─▶ compose ─▶ claim young? ─▶ gate.admit (shared limits, pause) ─▶ claim still young?
+    expired? ─▶ compose (preparation.py) ─▶ claim young? ─▶ gate.admit (shared limits, pause) ─▶ claim still young?
         ─▶ transport.send ─▶ gate.observe (breaker) ─▶ decide() ─▶ OutcomeWrite ─▶ recorder
 
 Every way out of a send (sent, refused, unreachable, held back, cancelled at
@@ -49,21 +49,18 @@ from ..delivery import (
     Delivery,
     Outcome,
     OutcomeKind,
-    RefusedRecipient,
     SendSingly,
     Transport,
 )
-from ..delivery_events.suppression import screen
-from ..errors import CompositionError, DatabaseError
-from ..message.compose import compose
+from ..errors import DatabaseError
 from ..message.message_ids import MessageIdKey
-from ..message.staging import StagingGuard
 from ..providers.seam import batch_idempotency_key, resend_safe_until
 from ..settings.config import Settings
 from ..store import AttemptRecord, OutcomeWrite, Recipients, RecordedBatch
 from .failover import CarrierLedger, Routes, presumed_carrier, record_carrier
 from .gate import TransportGate
 from .inflight import InFlight
+from .preparation import Preparation
 from .recorder import Recorder
 
 log = logging.getLogger("outbox_mailer")
@@ -124,8 +121,8 @@ class Executor:
             default_max_attempts=settings.max_attempts,
             in_doubt=settings.in_doubt,
         )
-        self._dropped: dict[int, tuple[RefusedRecipient, ...]] = {}  # recipients left out (suppressed, a Bcc redirected)
-        self.guard = StagingGuard.of(settings.allowed_recipients, settings.redirect_to)
+        self.preparation = Preparation(settings)  # screened, guarded, composed; what it left out, by row
+        self.guard = self.preparation.guard
         self.message_ids = settings.message_id_key()  # what the claim computes Message-IDs with
         self.routes = Routes.of(settings, gates)
 
@@ -152,7 +149,7 @@ class Executor:
             # cut off by the grace period: the row stays 'sending' for the rescuer
             log.warning("abandoned key=%s attempt=%d: cancelled during the send", delivery.dedupe_key,
                         delivery.attempts)
-            self._dropped.pop(delivery.id, None)
+            self.preparation.dropped.pop(delivery.id, None)
             self._inflight.abandon(delivery)
             raise
         except Exception as exc:  # a poison row must not stop the daemon
@@ -214,7 +211,7 @@ class Executor:
         screened: list[Delivery] = []  # as the request carries them: suppressed recipients left out
         messages: list[ComposedMessage] = []
         for delivery in deliveries:
-            prepared = self._screened(delivery, started)
+            prepared = self.preparation.screened(delivery, started)
             if isinstance(prepared, Outcome):
                 self._finish(delivery, name, started, prepared)
             # after an unknown outcome (the row is pinned) a row goes singly: when that attempt went
@@ -239,7 +236,7 @@ class Executor:
         except anyio.get_cancelled_exc_class():
             log.warning("abandoned %d batch members: cancelled during the send", len(members))
             for delivery in members:
-                self._dropped.pop(delivery.id, None)
+                self.preparation.dropped.pop(delivery.id, None)
                 self._inflight.abandon(delivery)
             raise
         except Exception as exc:  # a poison batch must not stop the daemon
@@ -312,7 +309,7 @@ class Executor:
             attempts.append((delivery, AttemptRecord(delivery.attempts, started, finished, OutcomeKind.AMBIGUOUS,
                                                      outcome.reply_code, outcome.enhanced_code, outcome.error, name,
                                                      self.worker, message_id=message.message_id,
-                                                     refused=self._dropped.pop(delivery.id, ()))))
+                                                     refused=self.preparation.dropped.pop(delivery.id, ()))))
             self._inflight.abandon(delivery)
         if self._ledger is not None:
             await self._ledger.give_up(members, attempts)
@@ -326,8 +323,8 @@ class Executor:
         started = self.clock()
         sent_as = batch.as_sent(members)
         # never past the staging guard
-        prepared = [self._guarded(delivery) for delivery in sent_as]
-        prepared = [p if isinstance(p, Outcome) else self._compose(p, started) for p in prepared]
+        prepared = [self.preparation.guarded(delivery) for delivery in sent_as]
+        prepared = [p if isinstance(p, Outcome) else self.preparation.composed(p, started) for p in prepared]
         if any(isinstance(p, Outcome) for p in prepared):
             # the identical batch cannot go out: each refused row fails as it would have, the others
             # (their first request's fate unknown) go through the in-doubt policy one by one
@@ -362,55 +359,15 @@ class Executor:
 
     def _not_replayed(self, members: Sequence[Delivery]) -> None:
         for delivery in members:  # the notes of their screening wait for no write
-            self._dropped.pop(delivery.id, None)
+            self.preparation.dropped.pop(delivery.id, None)
 
     # -- the path -----------------------------------------------------------------
-
-    def _prepare(self, delivery: Delivery, now: datetime) -> ComposedMessage | Outcome:
-        prepared = self._screened(delivery, now)
-        return prepared if isinstance(prepared, Outcome) else prepared[1]
-
-    def _screened(self, delivery: Delivery, now: datetime) -> tuple[Delivery, ComposedMessage] | Outcome:
-        """The row as screened for suppressions (what a batch records) and its message, or why not."""
-        if delivery.expires_at is not None and delivery.expires_at <= now:
-            return Outcome.unsendable(f"expired at {delivery.expires_at.isoformat()} before it could be sent")
-        screened = screen(delivery)
-        if screened.refusal is not None:
-            return screened.refusal
-        if screened.dropped:
-            self._dropped[delivery.id] = screened.dropped
-        guarded = self._guarded(screened.delivery)
-        message = guarded if isinstance(guarded, Outcome) else self._compose(guarded, now)
-        return message if isinstance(message, Outcome) else (screened.delivery, message)
-
-    def _guarded(self, delivery: Delivery) -> Delivery | Outcome:
-        """The row as the staging guard lets it go (only allowed recipients, or redirected), or why not."""
-        if self.guard is None:
-            return delivery
-        guarded = self.guard.apply(delivery)
-        if guarded.refusal is not None:
-            return guarded.refusal
-        if guarded.notes:
-            self._dropped[delivery.id] = self._dropped.get(delivery.id, ()) + guarded.notes
-        return guarded.delivery
-
-    def _compose(self, delivery: Delivery, now: datetime) -> ComposedMessage | Outcome:
-        try:
-            return compose(
-                delivery,
-                default_from=self.settings.default_from,
-                max_message_bytes=self.settings.max_message_bytes,
-                now=now,
-                text_alternative=self.settings.text_alternative,
-            )
-        except CompositionError as exc:
-            return Outcome.unsendable(f"cannot compose: {exc}")
 
     async def _attempt(self, delivery: Delivery, name: str, now: datetime,
                        message: ComposedMessage | None) -> tuple[Outcome, ComposedMessage | None]:
         """The outcome, and the message when one was composed (its Message-ID goes into the write)."""
         if message is None:
-            prepared = self._prepare(delivery, now)
+            prepared = self.preparation.message(delivery, now)
             if isinstance(prepared, Outcome):
                 return prepared, None
             message = prepared
@@ -459,7 +416,7 @@ class Executor:
             error=outcome.error if outcome.kind is not OutcomeKind.SENT else transition.last_error,
             transport=name,
             worker=worker or self.worker,
-            refused=outcome.refused + self._dropped.pop(delivery.id, ()),
+            refused=outcome.refused + self.preparation.dropped.pop(delivery.id, ()),
             message_id=message_id,
             reply=outcome.reply,
         )
