@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import time
 from typing import Any
@@ -96,7 +97,7 @@ def _confirm(question: str) -> bool:
 
 
 def cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
-    async def go(store: Store) -> int:
+    async def show(store: Store) -> None:
         limits = {name: t for name, t in settings.all_transports().items() if t.limited}
         ledger = LimitStore(store=store)  # the command's own pool, each refresh
         while True:
@@ -110,12 +111,28 @@ def cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
             else:
                 print("\n".join(stats_lines(stats)), flush=True)
             if not args.watch:
-                return EXIT_OK
+                return
             await anyio.sleep(args.interval)
+
+    async def go(store: Store) -> int:
+        """``--watch`` ends at SIGINT or SIGTERM by cancelling the refresh, wherever it is (a query in
+        flight included), so the store closes its pool in order instead of being torn by KeyboardInterrupt."""
+        async with anyio.create_task_group() as tg:
+            async def stop_on_signal() -> None:
+                with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                    async for _ in signals:
+                        tg.cancel_scope.cancel()
+                        return
+
+            if args.watch:
+                tg.start_soon(stop_on_signal)
+            await show(store)
+            tg.cancel_scope.cancel()
+        return EXIT_OK
 
     try:
         return run_with_store(settings, go)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # before the signal receiver was listening
         return EXIT_OK
 
 
