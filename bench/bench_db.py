@@ -46,8 +46,8 @@ class Db:
         self._backend_pid = await self.conn.fetchval("SELECT pg_backend_pid()")
 
     async def migrate(self, *, pgqueuer: bool = True) -> None:
-        from outbox_mailer.migrations import load_migrations
         from outbox_mailer.store import Store
+        from outbox_mailer.store.migrations import load_migrations
 
         store = await Store.open(self.url)
         try:

@@ -24,12 +24,13 @@ from urllib.parse import quote
 
 import httpx
 
-from outbox_mailer.config import Settings
-from outbox_mailer.console.app import Console, build_app
+from outbox_mailer.console.app import build_app
 from outbox_mailer.console.auth import hash_password
-from outbox_mailer.migrations import load_migrations
-from outbox_mailer.pgcluster import TemporaryPostgres
+from outbox_mailer.console.web import Console
+from outbox_mailer.devtools.pgcluster import TemporaryPostgres
+from outbox_mailer.settings.config import Settings
 from outbox_mailer.store.console import ConsoleStore
+from outbox_mailer.store.migrations import load_migrations
 
 TARGETS_MS = {"emails": 100.0, "email": 50.0, "overview": 250.0}
 DAYS = 30

@@ -1,4 +1,4 @@
-"""The real daemon (outbox_mailer.daemon.Daemon) draining pending rows through a no-op transport.
+"""The real daemon (outbox_mailer.daemon.service.Daemon) draining pending rows through a no-op transport.
 
 Usage: python bench/core_worker.py URL ROWS CONCURRENCY BATCH LOG_LEVEL
 
@@ -16,12 +16,12 @@ import sys
 import time
 
 import anyio
-from outbox_mailer.config import load_settings
-from outbox_mailer.daemon import Daemon
-from outbox_mailer.delivery import ComposedMessage, Delivery, Outcome
-from outbox_mailer.logs import configure_logging
-
 import common
+
+from outbox_mailer.daemon.service import Daemon
+from outbox_mailer.delivery import ComposedMessage, Delivery, Outcome
+from outbox_mailer.serving.logs import configure_logging
+from outbox_mailer.settings.config import load_settings
 
 
 class NoopTransport:

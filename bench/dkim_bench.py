@@ -1,4 +1,4 @@
-"""Micro-benchmark: the cost of DKIM-signing one composed message (outbox_mailer/dkim_signing.py).
+"""Micro-benchmark: the cost of DKIM-signing one composed message (outbox_mailer/message/dkim_signing.py).
 
 Run:  .venv/bin/python bench/dkim_bench.py [--rounds N] [--bits 2048]
 
@@ -29,13 +29,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import dkim  # noqa: E402
+import receipts  # noqa: E402  (bench/, the script's own directory)
 from cryptography.hazmat.primitives import serialization  # noqa: E402
 from cryptography.hazmat.primitives.asymmetric import rsa  # noqa: E402
 
-import receipts  # noqa: E402  (bench/, the script's own directory)
-from outbox_mailer.compose import compose  # noqa: E402
 from outbox_mailer.delivery import Delivery  # noqa: E402
-from outbox_mailer.dkim_signing import DkimSettings, DkimSigner  # noqa: E402
+from outbox_mailer.message.compose import compose  # noqa: E402
+from outbox_mailer.message.dkim_signing import DkimSettings, DkimSigner  # noqa: E402
 
 NOW = datetime(2026, 5, 1, 12, 30, tzinfo=UTC)
 

@@ -45,10 +45,10 @@ def name(frame: str) -> tuple[str, str]:
 CATEGORIES = (
     ("start-up (imports)", ("<frozen importlib",)),
     ("logging (one line per state change)", ("(logging/",)),
-    ("address validation (email_validator, addresses.py)", ("email_validator/", "outbox_mailer/addresses.py")),
+    ("address validation (email_validator, addresses.py)", ("email_validator/", "outbox_mailer/message/addresses.py")),
     ("SMTP client (aiosmtplib, incl. its socket I/O)", ("aiosmtplib/",)),
     ("PostgreSQL client (asyncpg, incl. its socket I/O)", ("asyncpg/",)),
-    ("composition (compose.py, mime.py)", ("outbox_mailer/compose.py", "outbox_mailer/mime.py")),
+    ("composition (compose.py, mime.py)", ("outbox_mailer/message/compose.py", "outbox_mailer/message/mime.py")),
     ("daemon, gate, recorder, decide, store, transports (own code)", ("outbox_mailer/",)),
 )
 PLUMBING = ("outbox_mailer/cli/", "outbox_mailer/__main__.py")

@@ -13,9 +13,9 @@ import asyncio
 import sys
 import time
 
-from outbox_mailer.migrations import load_migrations
-from outbox_mailer.pgcluster import TemporaryPostgres
+from outbox_mailer.devtools.pgcluster import TemporaryPostgres
 from outbox_mailer.store import Store
+from outbox_mailer.store.migrations import load_migrations
 
 ROWS = int(sys.argv[1]) if len(sys.argv) > 1 else 1_000_000
 INSERT = """

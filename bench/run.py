@@ -94,7 +94,7 @@ async def amain(args: argparse.Namespace) -> int:
     began = time.monotonic()
     ensure_python_deps()
     sink_binary = ensure_smtp_sink()
-    from outbox_mailer.pgcluster import TemporaryPostgres
+    from outbox_mailer.devtools.pgcluster import TemporaryPostgres
 
     load = " ".join(Path("/proc/loadavg").read_text().split()[:3]) if os.path.exists("/proc/loadavg") else "?"
     res = Results()

@@ -3,7 +3,7 @@
     .venv/bin/python -m bench.soak --minutes 10 [--rate 20] [--seed 1] [--json out.json]
     .venv/bin/python bench/soak.py --minutes 2          # the same, as a script
 
-One throwaway PostgreSQL (``outbox_mailer.pgcluster``, ``synchronous_commit`` on, so that a crash of
+One throwaway PostgreSQL (``outbox_mailer.devtools.pgcluster``, ``synchronous_commit`` on, so that a crash of
 the server loses no acknowledged commit), one SMTP sink in this process on 127.0.0.1 (no
 PIPELINING, replies after up to 20 ms), and the real daemon as a subprocess (``python -m
 outbox_mailer run``, or ``--cli PATH`` for an installed ``outbox-mailer``), configured by environment
@@ -248,7 +248,7 @@ class Soak:
         return counts["open"] == 0 and counts["n"] >= len(self.committed)
 
     async def run(self) -> dict[str, Any]:
-        from outbox_mailer.pgcluster import TemporaryPostgres
+        from outbox_mailer.devtools.pgcluster import TemporaryPostgres
 
         args = self.args
         self.pg = TemporaryPostgres(fast=False, extra_settings={"fsync": "off"})  # a crash of the server, not of the OS

@@ -23,9 +23,9 @@ from datetime import UTC, datetime
 
 from outbox_mailer.decide import RetryPolicy, decide
 from outbox_mailer.delivery import Outcome
-from outbox_mailer.migrations import load_migrations
-from outbox_mailer.pgcluster import TemporaryPostgres
+from outbox_mailer.devtools.pgcluster import TemporaryPostgres
 from outbox_mailer.store import AttemptRecord, ClaimSession, OutcomeWrite, Store
+from outbox_mailer.store.migrations import load_migrations
 
 ROWS = int(sys.argv[1]) if len(sys.argv) > 1 else 20_000
 BATCH = int(sys.argv[2]) if len(sys.argv) > 2 else 100  # a realistic daemon claims a few rows at a time

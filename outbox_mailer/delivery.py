@@ -288,7 +288,7 @@ class BatchTransport(Transport, Protocol):
 
     ``batch_limit`` is 0 when batching is off or the far side has no batch endpoint.
     Members go in one request under one idempotency key (``key``, recorded by the
-    caller before the request: :func:`outbox_mailer.transports.seam.batch_idempotency_key`).
+    caller before the request: :func:`outbox_mailer.providers.seam.batch_idempotency_key`).
     """
 
     batch_limit: int  # most members in one request; 0: never batch

@@ -23,9 +23,9 @@ import anyio
 import psycopg
 import pytest
 
-from outbox_mailer.migrations import load_migrations
-from outbox_mailer.pgcluster import TemporaryPostgres
+from outbox_mailer.devtools.pgcluster import TemporaryPostgres
 from outbox_mailer.store import Store
+from outbox_mailer.store.migrations import load_migrations
 
 # one template per pytest-xdist worker (gw0, gw1...): with OUTBOX_MAILER_TEST_DATABASE_URL they share a server
 TEMPLATE = "outbox_mailer_template" + (f"_{worker}" if (worker := os.environ.get("PYTEST_XDIST_WORKER")) else "")

@@ -13,10 +13,11 @@ from typing import Any
 
 import httpx
 
-from outbox_mailer.config import Settings
-from outbox_mailer.console.app import Console, build_app
+from outbox_mailer.console.app import build_app
 from outbox_mailer.console.auth import hash_password
-from outbox_mailer.http_server import serve_http
+from outbox_mailer.console.web import Console
+from outbox_mailer.serving.http_server import serve_http
+from outbox_mailer.settings.config import Settings
 from outbox_mailer.store.console import ConsoleStore
 from tests.smtp_server import free_port
 

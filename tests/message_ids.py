@@ -1,4 +1,4 @@
-"""Message-IDs of the form the claim writes (outbox_mailer/message_ids.py), for tests that
+"""Message-IDs of the form the claim writes (outbox_mailer/message/message_ids.py), for tests that
 compose a row without claiming it from a database: one per dedupe key."""
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-from outbox_mailer.pgcluster import _run_as_user
+from outbox_mailer.devtools.pgcluster import run_as_user
 
 BINARY = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
 
@@ -42,7 +42,7 @@ def running_pgbouncer(pg_url: str, mode: str, *, pool_size: int = 2,
     target = urlsplit(pg_url)
     port = _free_port()
     directory = Path(tempfile.mkdtemp(prefix="outbox-pgbouncer-", dir="/tmp"))
-    owner = _run_as_user()
+    owner = run_as_user()
     more = "".join(f"{name} = {value}\n" for name, value in (settings or {}).items())
     (directory / "pgbouncer.ini").write_text(f"""[databases]
 * = host={target.hostname} port={target.port} user={target.username}

@@ -24,9 +24,9 @@ from urllib.parse import urlsplit, urlunsplit
 import anyio
 import psycopg
 
-from outbox_mailer.migrations import load_migrations
-from outbox_mailer.pgcluster import TemporaryPostgres, find_bindir
+from outbox_mailer.devtools.pgcluster import TemporaryPostgres, find_bindir
 from outbox_mailer.store import Store
+from outbox_mailer.store.migrations import load_migrations
 
 SCHEMA_FILE = Path(__file__).resolve().parent.parent / "sql" / "dump" / "schema.sql"
 REGENERATE = "python -m tests.schema_dump --write"

@@ -1,6 +1,6 @@
 """A streaming standby of a throwaway primary, for failover tests.
 
-Given a running :class:`~outbox_mailer.pgcluster.TemporaryPostgres` (the primary),
+Given a running :class:`~outbox_mailer.devtools.pgcluster.TemporaryPostgres` (the primary),
 :class:`StreamingStandby` copies it with ``pg_basebackup -R`` into a fresh temporary
 directory, starts the copy as a hot standby on a free loopback port, names it in the
 primary's ``synchronous_standby_names`` and waits until ``pg_stat_replication`` reports
@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 from typing import Self
 
-from outbox_mailer.pgcluster import TemporaryPostgres, find_bindir, log_tail, postmaster_state
+from outbox_mailer.devtools.pgcluster import TemporaryPostgres, find_bindir, log_tail, postmaster_state
 
 PG15_BINDIR = Path("/usr/lib/postgresql/15/bin")
 STANDBY_NAME = "outbox_standby"

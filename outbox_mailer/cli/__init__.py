@@ -26,9 +26,9 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from ..config import Settings, load_settings
 from ..errors import OutboxMailerError
-from ..logs import configure_logging
+from ..serving.logs import configure_logging
+from ..settings.config import Settings, load_settings
 from .output import EXIT_INTERRUPTED, EXIT_OK, fail
 from .parser import build_parser
 

@@ -11,8 +11,8 @@ from typing import Any
 
 import anyio
 
-from ..config import Settings
 from ..errors import ConfigurationError, NotFound
+from ..settings.config import Settings
 from ..store.console import ConsoleStore
 from .database import run_with_store
 from .input import UsageError
@@ -30,11 +30,12 @@ def cmd_console(args: argparse.Namespace, settings: Settings) -> int:
         raise ConfigurationError(f"{ADDRESS_SETTING} (or {SOCKET_SETTING}) is not set: where should the console "
                                  "listen?", setting=ADDRESS_SETTING)
     # imported here for start-up time: starlette, jinja2, argon2 and uvicorn serve this command alone
-    from ..config_checks import parse_listen_address
-    from ..console.app import Console, build_app
+    from ..console.app import build_app
     from ..console.auth import is_loopback
-    from ..http_server import LOOPBACK, UNIX_PREFIX, serve_http
-    from ..systemd import SystemdNotifier
+    from ..console.web import Console
+    from ..serving.http_server import LOOPBACK, UNIX_PREFIX, serve_http
+    from ..serving.systemd import SystemdNotifier
+    from ..settings.checks import parse_listen_address
 
     async def go(store: ConsoleStore) -> int:
         await store.require_schema()

@@ -7,7 +7,7 @@ from typing import Any, TypeVar
 
 import anyio
 
-from ..config import Settings
+from ..settings.config import Settings
 from ..store import Store
 
 T = TypeVar("T")

@@ -12,9 +12,9 @@ import sys
 import uuid
 from typing import Any
 
-from ..config import Settings
 from ..delivery import Status
 from ..errors import DatabaseError, DatabaseUnavailable, NotFound, SchemaMismatch
+from ..settings.config import Settings
 from ..store import Store
 from .database import run_with_store
 from .input import UsageError, dedupe_key, int_in, parse_time, read_email, stdin_limit

@@ -13,10 +13,10 @@ from typing import Any
 import anyio
 
 from ..clock import utc_now
-from ..config import Settings
+from ..delivery_events.suppression import REASONS, normal_address
 from ..errors import ConfigurationError, DatabaseError, NotFound
+from ..settings.config import Settings
 from ..store import EventStore
-from ..suppression import REASONS, normal_address
 from .database import run_with_store
 from .input import duration
 from .output import EXIT_OK, emit
@@ -37,9 +37,9 @@ def cmd_webhooks(args: argparse.Namespace, settings: Settings) -> int:
     # imported here for start-up time: starlette, uvicorn, prometheus_client serve this command alone
     import httpx
 
-    from ..http_server import serve_http
-    from ..systemd import SystemdNotifier
-    from ..webhook_server import Receiver, build_app
+    from ..receiver.server import Receiver, build_app
+    from ..serving.http_server import serve_http
+    from ..serving.systemd import SystemdNotifier
 
     async def go(store: EventStore) -> int:
         await store.require_schema()
@@ -71,9 +71,9 @@ def envelope_recipient(args: argparse.Namespace) -> str | None:
 
 
 def cmd_ingest_dsn(args: argparse.Namespace, settings: Settings) -> int:
-    from ..bounce_tags import Unproven, day_of
+    from ..delivery_events.bounce_tags import Unproven, day_of
     from ..delivery_events.dsn import parse_dsn
-    from ..event_intake import take_in
+    from ..receiver.intake import take_in
 
     raw = sys.stdin.buffer.read(64 * 1024 * 1024 + 1)
     now = utc_now()

@@ -24,8 +24,8 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from ..addresses import find_control_character
 from ..errors import OutboxMailerError
+from ..message.addresses import find_control_character
 
 
 class UsageError(OutboxMailerError):

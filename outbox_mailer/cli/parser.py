@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from .. import __version__
-from ..logs import LOG_FORMATS
+from ..serving.logs import LOG_FORMATS
 from .console_commands import register as register_console_commands
 from .email_commands import register as register_email_commands
 from .event_commands import register as register_event_commands

@@ -10,10 +10,10 @@ from typing import Any
 
 import anyio
 
-from ..config import Settings
+from ..daemon.quotas import transport_use
+from ..daemon.retention import prune
 from ..delivery import Status
-from ..quotas import transport_use
-from ..retention import prune
+from ..settings.config import Settings
 from ..store import Store
 from ..store.limits import LimitStore
 from .database import run_with_store

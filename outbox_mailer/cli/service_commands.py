@@ -8,11 +8,11 @@ from typing import Any
 
 import anyio
 
-from ..config import Settings
-from ..migrations import load_migrations
+from ..daemon.supervisor import supervise
+from ..serving.systemd import SystemdNotifier
+from ..settings.config import Settings
 from ..store import Store
-from ..supervisor import supervise
-from ..systemd import SystemdNotifier
+from ..store.migrations import load_migrations
 from .database import run_with_store
 from .input import UsageError
 from .output import EXIT_OK
@@ -45,15 +45,15 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     # Imported here, not at the top, for start-up time only (no cycle): the daemon (~40 ms) and
     # the transports' client libraries (httpx, aiosmtplib: ~130 ms) serve `run` and `check`
     # alone, metrics (prometheus_client, starlette: ~100 ms) only when metrics_address is set.
-    from ..daemon import Daemon
-    from ..transports.factory import build_transports
+    from ..daemon.service import Daemon
+    from ..daemon.transport_factory import build_transports
 
     async def go() -> int:
         transports = build_transports(settings)
         try:
             metrics = None
             if settings.metrics_address:
-                from ..metrics import Metrics  # start-up time, see above
+                from ..daemon.metrics import Metrics  # start-up time, see above
 
                 metrics = Metrics(settings)
             daemon = Daemon(settings, transports, default_transport=settings.default_transport,

@@ -7,12 +7,12 @@ from typing import Any
 
 import anyio
 
-from ..config import Settings
 from ..errors import DatabaseError, TransportUnavailable
-from ..grants import grant_statements
-from ..migrations import expected_schema_version
-from ..staging import StagingGuard
+from ..message.staging import StagingGuard
+from ..settings.config import Settings
 from ..store import Store
+from ..store.grants import grant_statements
+from ..store.migrations import expected_schema_version
 from .database import run_with_store, with_store
 from .output import EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, check_line, emit
 
@@ -35,7 +35,7 @@ def cmd_grant(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_check(args: argparse.Namespace, settings: Settings) -> int:
     # Imported here for start-up time only (no cycle): the transports' client libraries
     # (httpx, aiosmtplib: ~130 ms) serve `check` and `run` alone.
-    from ..transports.factory import build_transports
+    from ..daemon.transport_factory import build_transports
 
     def report(check: str, ok: bool, detail: Any) -> None:
         if args.json:
@@ -82,7 +82,7 @@ def cmd_check(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     # Imported here for start-up time only (no cycle): the demo's cluster and sink (~60 ms)
     # serve `demo` alone.
-    from ..demo import run_demo
+    from ..devtools.demo import run_demo
 
     return anyio.run(run_demo)
 

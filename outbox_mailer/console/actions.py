@@ -15,10 +15,13 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from ..clock import utc_now
+from ..delivery_events.suppression import REASONS, normal_address
 from ..errors import InvalidTransition, NotFound
 from ..store.console import MAX_BULK, Actor, SelectionChanged
-from ..suppression import REASONS, normal_address
-from .app import (
+from .auth import Session
+from .filters import Malformed, parse_count, parse_filter
+from .throttle import SLOW_SECONDS, GateFull
+from .web import (
     COOKIE,
     FORM_COOKIE,
     Console,
@@ -29,9 +32,6 @@ from .app import (
     path_segments,
     with_query,
 )
-from .auth import Session
-from .filters import Malformed, parse_count, parse_filter
-from .throttle import SLOW_SECONDS, GateFull
 
 log = logging.getLogger("outbox_mailer")
 EXPIRY_DAYS_MAX = 3650

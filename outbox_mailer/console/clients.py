@@ -12,7 +12,7 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
-from ..console_settings import Network
+from ..settings.console import Network
 
 UNIX_PEER = "unix"  # the address of a peer of the Unix socket
 

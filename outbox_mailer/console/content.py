@@ -14,17 +14,17 @@ from __future__ import annotations
 
 import json
 import uuid
-from html.parser import HTMLParser
 from datetime import UTC, datetime
+from html.parser import HTMLParser
 from typing import Any
 
 from starlette.responses import Response
 
-from ..compose import compose
-from ..config import Settings
 from ..delivery import Delivery
 from ..errors import CompositionError
-from ..message_ids import is_message_id
+from ..message.compose import compose
+from ..message.message_ids import is_message_id
+from ..settings.config import Settings
 
 PLACEHOLDER_ID = "<00000000000000000000000000000000@message-id.invalid>"  # before the first claim writes one
 _SANDBOX = ("sandbox; default-src 'none'; style-src 'unsafe-inline'{remote}; img-src data:{remote}; "

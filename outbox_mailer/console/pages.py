@@ -7,7 +7,6 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from ..store.console import MAX_BULK, EmailFilter
-from .app import Console, Refused, email_key, key_url, path_segments
 from .auth import Session
 from .charts import bar_chart
 from .content import composed_headers, html_preview
@@ -20,6 +19,7 @@ from .filters import (
     parse_filter,
     query_string,
 )
+from .web import Console, Refused, email_key, key_url, path_segments
 
 PAGE_ROWS = 50
 NOTICES = {"retry": "Requeued: it is pending again.", "cancel": "Cancelled.", "resolve": "Resolved."}

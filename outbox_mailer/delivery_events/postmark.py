@@ -60,7 +60,7 @@ from .model import (
 )
 
 PROVIDER = "postmark"
-DEDUPE_METADATA = "dedupe_key"  # the Metadata field outbox_mailer.transports.api.postmark sends the row's key in
+DEDUPE_METADATA = "dedupe_key"  # the Metadata field outbox_mailer.providers.postmark sends the row's key in
 
 HARD_TYPES = frozenset({"HardBounce", "BadEmailAddress"})
 SOFT_TYPES = frozenset({"Transient", "SoftBounce", "DnsError"})

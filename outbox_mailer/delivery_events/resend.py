@@ -57,7 +57,7 @@ from .model import (
 
 PROVIDER = "resend"
 SECRET_PREFIX = "whsec_"
-DEDUPE_TAG = "dedupe_key"  # the tag name outbox_mailer.transports.api.resend sends the row's key under
+DEDUPE_TAG = "dedupe_key"  # the tag name outbox_mailer.providers.resend sends the row's key under
 
 KINDS: dict[str, Kind] = {
     "email.delivered": Kind.DELIVERED,

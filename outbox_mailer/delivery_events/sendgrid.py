@@ -30,7 +30,7 @@ processed, open, click, others       no event
 ``provider_event_id`` is ``sg_event_id``. ``provider_message_id`` is ``sg_message_id`` up to its first
 ``.``: SendGrid appends filter data there, and the send's ``X-Message-Id`` answer (what our transport
 records) is that prefix. ``dedupe_key`` is the custom argument our transport adds on every send
-(``custom_args: {"dedupe_key": ...}``, see :mod:`outbox_mailer.transports.api.sendgrid`). ``message_id``
+(``custom_args: {"dedupe_key": ...}``, see :mod:`outbox_mailer.providers.sendgrid`). ``message_id``
 is ``smtp-id`` when it has the ``<...>`` form (our Message-ID when the mail went through SendGrid's
 SMTP relay).
 """

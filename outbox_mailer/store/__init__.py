@@ -8,6 +8,9 @@
 * :class:`EventStore` (``events.py``) – delivery events and suppressions (receiver, ``ingest-dsn``, CLI).
 
 asyncpg errors are translated here (``connection.py``) into :mod:`outbox_mailer.errors`.
+Beside them: every runtime query as a named block (``queries.sql``, ``console_queries.sql``, loaded by
+``queries.py``), the migrations' loader (``migrations.py``), the roles' grants (``grants.py``) and the
+identity of a daemon process that claims record (``processes.py``).
 """
 
 from .admin import Store

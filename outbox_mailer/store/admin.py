@@ -8,10 +8,8 @@ from typing import Any
 
 import asyncpg
 
+from ..delivery_events.suppression import form_or_none
 from ..errors import ContentRemoved, InvalidTransition, NotFound, SchemaMismatch
-from ..migrations import Migration, expected_schema_version
-from ..queries import sql
-from ..suppression import form_or_none
 from .connection import (
     SessionLimits,
     affected,
@@ -20,7 +18,8 @@ from .connection import (
     translate_errors,
     uncancelled,
 )
-
+from .migrations import Migration, expected_schema_version
+from .queries import sql
 
 ENVELOPE_FORM_SCHEMA = 20  # sql/0020_envelope_suppressions.sql: suppressions in the envelope's form
 

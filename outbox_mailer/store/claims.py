@@ -16,11 +16,11 @@ import asyncpg
 
 from ..decide import Transition
 from ..delivery import Delivery, OutcomeKind, RefusedRecipient
-from ..message_ids import DEFAULT_KEY, MessageIdKey
-from ..processes import ProcessIdentity
-from ..queries import sql
+from ..message.message_ids import DEFAULT_KEY, MessageIdKey
 from .connection import CHANNEL, SessionLimits, connect, translate_errors
 from .events import adopt_waiting_events, screened
+from .processes import ProcessIdentity
+from .queries import sql
 from .rows import instant_or_none
 
 

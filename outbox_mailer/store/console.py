@@ -22,8 +22,8 @@ from datetime import datetime
 from typing import Any, Literal
 
 from ..errors import DatabaseError
-from ..queries import sql
 from .events import EventStore
+from .queries import sql
 
 MAX_BULK = 10_000  # rows one bulk action may change (one transaction; narrow the filter for more)
 SCAN_ROWS = 10_000  # rows of email_deliveries one page of a filtered list reads at most

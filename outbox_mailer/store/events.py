@@ -12,12 +12,18 @@ from typing import Any
 
 import asyncpg
 
-from ..bounce_tags import BounceTag, Unproven
 from ..delivery import Delivery
+from ..delivery_events.bounce_tags import BounceTag, Unproven
 from ..delivery_events.model import BounceClass, Kind, ProviderEvent
-from ..queries import sql
-from ..suppression import addresses_to_check, event_counts, form_or_none, suppression_for, with_suppressed
+from ..delivery_events.suppression import (
+    addresses_to_check,
+    event_counts,
+    form_or_none,
+    suppression_for,
+    with_suppressed,
+)
 from .admin import Store
+from .queries import sql
 from .rows import delivery_from_row
 
 

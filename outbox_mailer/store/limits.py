@@ -14,8 +14,8 @@ from typing import Any
 
 import anyio
 
-from ..queries import sql
 from .admin import Store
+from .queries import sql
 
 TIMEOUT_SECONDS = 10.0  # a grant waits this long at most (a stuck lock, a half-open connection)
 

@@ -30,8 +30,8 @@ from collections.abc import AsyncIterator
 import asyncpg
 
 from ..errors import DatabaseUnavailable
-from ..queries import sql
 from .connection import connect_each_host, translate_errors
+from .queries import sql
 
 ROUNDS = 3
 ORDER = (0, 0, 1, 1, 0, 1)  # A A B B A B: a repeat and a switch, each connection both first and second

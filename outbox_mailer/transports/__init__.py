@@ -5,28 +5,24 @@ seam: ``send()`` returns an :class:`~outbox_mailer.delivery.Outcome`, never
 raises for a delivery problem). The package::
 
     transports/
-      seam.py       outcome policy every transport shares (pure): one_line,
-                    parse_retry_after, resend_safe_until, AUTH_PAUSE_SECONDS
-      registry.py   every kind in one table: smtp and one class per provider API
-      factory.py    build_transports(settings), probe_sender(settings)
-      smtp/         the aiosmtplib edge (transport, attempt) and its pure parts (wire, replies)
-      api/          the one httpx edge (http) and one pure module per provider
-                    (resend, postmark, sendgrid, webhook for kind=http)
+      smtp/         the aiosmtplib edge (transport, attempt) and its pure parts (wire, replies, envelope)
+      api/http.py   the one httpx edge: sends through a provider module of outbox_mailer.providers
+      seam.py       keeps the documented path of batch_idempotency_key (outbox_mailer.providers.seam)
+      webhook.py    keeps the documented path of verify (outbox_mailer.providers.webhook)
 
 Each edge is the only importer of its client library and translates the
-library's errors there. Adding a provider: one module under ``api/`` and one
-entry in :data:`~.registry.PROVIDERS` (see :mod:`.registry`).
-
-This face imports only pure modules (no client library, no settings): the
-settings (:mod:`outbox_mailer.config`) read :mod:`.registry`, and the edges
-read the settings, so the factory is imported from :mod:`.factory`, not here.
+library's errors there. The pure parts every transport shares live one floor down, in
+:mod:`outbox_mailer.providers`: the outcome policy (``seam``), one module per provider API and
+the table of kinds (``registry``), which the settings read too. Adding a provider: one module
+under ``providers/`` and one entry in :data:`outbox_mailer.providers.registry.PROVIDERS`.
+The daemon builds the transports (:mod:`outbox_mailer.daemon.transport_factory`).
 """
 
 from __future__ import annotations
 
-from .api.provider import ApiRequest, ApiResponse, Provider
-from .registry import API_PROVIDERS, PROVIDERS, TRANSPORT_KINDS
-from .seam import (
+from ..providers.provider import ApiRequest, ApiResponse, Provider
+from ..providers.registry import API_PROVIDERS, PROVIDERS, TRANSPORT_KINDS
+from ..providers.seam import (
     AUTH_PAUSE_SECONDS,
     IDEMPOTENCY_WINDOW_SHARE,
     one_line,

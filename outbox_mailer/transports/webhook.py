@@ -1,12 +1,12 @@
-"""What the receiver of ``kind=http`` requests uses: the documented home of :func:`verify`.
+"""Keeps the documented path ``outbox_mailer.transports.webhook.verify``.
 
-``outbox_mailer.transports.webhook.verify()`` checks a request's signature and
-timestamp (see :mod:`outbox_mailer.transports.api.webhook`, where the
-provider module lives).
+What the receiver of ``kind=http`` requests uses: ``verify()`` checks a request's signature
+and timestamp. The provider module, request building included, is
+:mod:`outbox_mailer.providers.webhook`; this module only re-exports it.
 """
 
 from __future__ import annotations
 
-from .api.webhook import SIGNATURE_HEADER, TIMESTAMP_HEADER, signature, verify
+from ..providers.webhook import SIGNATURE_HEADER, TIMESTAMP_HEADER, signature, verify
 
 __all__ = ["SIGNATURE_HEADER", "TIMESTAMP_HEADER", "signature", "verify"]

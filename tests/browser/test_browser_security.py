@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from playwright.async_api import expect
 
-from outbox_mailer.console.app import key_url
+from outbox_mailer.console.web import key_url
 from tests.browser.browser_harness import Canary, canary_server, csrf_of, sign_in
 from tests.console_harness import Served
 from tests.integration.conftest import insert

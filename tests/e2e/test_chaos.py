@@ -13,7 +13,7 @@ from __future__ import annotations
 import random
 import time
 
-from outbox_mailer.pgcluster import TemporaryPostgres
+from outbox_mailer.devtools.pgcluster import TemporaryPostgres
 from tests.e2e.chaos import (
     KEY_HEADER,
     DaemonProcess,

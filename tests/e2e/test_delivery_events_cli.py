@@ -129,7 +129,7 @@ def test_ingest_dsn_believes_a_bounce_about_a_shared_email_only_by_its_recipient
         installed: Installed, env: dict[str, str], db_url: str) -> None:  # noqa: F811
     from datetime import UTC, datetime
 
-    from outbox_mailer.bounce_tags import BounceAddress, day_of
+    from outbox_mailer.delivery_events.bounce_tags import BounceAddress, day_of
 
     key = "a-bounce-tag-key-of-32-characters"
     tagged = {**env, "OUTBOX_MAILER_BOUNCES__ADDRESS": "bounces@example.com", "OUTBOX_MAILER_BOUNCES__KEY": key}

@@ -3,7 +3,7 @@
 
 One private Postfix (tests/postfix.py: STARTTLS with a throwaway CA, PIPELINING, SIZE 200000,
 SMTPUTF8, virtual Maildirs) serves the whole module; one daemon (built as ``run`` builds it:
-transports/factory.py) sends the plain rows over STARTTLS trusting the CA file, a second one with
+daemon/transport_factory.py) sends the plain rows over STARTTLS trusting the CA file, a second one with
 ``OUTBOX_MAILER_DKIM__*`` set sends the signed row. Each delivered copy is read back from the
 Maildir with the standard library and compared with its row (addresses, subject, Message-ID,
 bodies, attachment bytes, the queue id in ``provider_message_id``), and scored with SpamAssassin
@@ -34,13 +34,13 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from outbox_mailer.addresses import (
+from outbox_mailer.daemon.service import Daemon
+from outbox_mailer.daemon.transport_factory import build_transports
+from outbox_mailer.message.addresses import (
     allow_special_use_domains,
     special_use_domains_allowed,
 )
-from outbox_mailer.config import Settings
-from outbox_mailer.daemon import Daemon
-from outbox_mailer.transports.factory import build_transports
+from outbox_mailer.settings.config import Settings
 from tests.conftest import cloned_database
 from tests.e2e.chaos import Figures, figures  # noqa: F401  (fixture)
 from tests.integration.conftest import Running, insert, settings_for

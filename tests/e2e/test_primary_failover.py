@@ -43,7 +43,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from outbox_mailer.pgcluster import TemporaryPostgres
+from outbox_mailer.devtools.pgcluster import TemporaryPostgres
 from tests.e2e.chaos import (
     KEY_HEADER,
     Figures,

@@ -286,14 +286,14 @@ def credentials_are_read_like_systemd_passes_them(tmp_path: Path, installed: Ins
     (creds / "smtp__password").write_text("x")
     env = base_env(CREDENTIALS_DIRECTORY=str(creds), OUTBOX_MAILER_SMTP__USERNAME="u",
                    OUTBOX_MAILER_SMTP__TLS="starttls")
-    code = ("from outbox_mailer.config import load_settings; s = load_settings(); "
+    code = ("from outbox_mailer.settings.config import load_settings; s = load_settings(); "
             "print(s.smtp.password is not None and s.smtp.password.get_secret_value() == 'x')")
     result = subprocess.run([str(installed.bin / "python"), "-c", code], capture_output=True, text=True, env=env,
                             cwd=tmp_path, timeout=60, check=False)
     if result.stdout.strip() == "True":
         return None
     return ("the settings do not read the credential smtp__password from $CREDENTIALS_DIRECTORY "
-            f"(outbox_mailer/config.py): {(result.stdout + result.stderr).strip().splitlines()[-1:]}")
+            f"(outbox_mailer/settings/config.py): {(result.stdout + result.stderr).strip().splitlines()[-1:]}")
 
 
 # ---- the tests ---------------------------------------------------------------------------------

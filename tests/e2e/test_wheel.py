@@ -11,7 +11,7 @@ from tests.e2e.conftest import Installed, base_env, wheel_names
 def test_wheel_contains_migrations_and_queries(installed: Installed) -> None:
     names = wheel_names(installed.wheel)
     assert "outbox_mailer/migrations/0001_email_deliveries.sql" in names
-    assert "outbox_mailer/queries.sql" in names and "outbox_mailer/console_queries.sql" in names
+    assert "outbox_mailer/store/queries.sql" in names and "outbox_mailer/store/console_queries.sql" in names
     assert "outbox_mailer/console/templates/email.html" in names and "outbox_mailer/console/static/refresh.js" in names
     assert "outbox_mailer/migrations/grants/console_role.sql" in names
 

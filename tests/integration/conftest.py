@@ -13,10 +13,10 @@ import pytest
 from anyio.abc import TaskStatus
 
 from outbox_mailer.cli import main
-from outbox_mailer.config import Settings
-from outbox_mailer.daemon import Daemon
+from outbox_mailer.daemon.metrics import Metrics
+from outbox_mailer.daemon.service import Daemon
 from outbox_mailer.delivery import Transport
-from outbox_mailer.metrics import Metrics
+from outbox_mailer.settings.config import Settings
 from outbox_mailer.store import Store
 from outbox_mailer.transports.smtp import SmtpTransport
 from tests.console_harness import Client, served_console

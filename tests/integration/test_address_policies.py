@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from outbox_mailer.addresses import allow_special_use_domains
+from outbox_mailer.message.addresses import allow_special_use_domains
 from outbox_mailer.store import Store
 from tests.integration.conftest import insert
 from tests.smtp_server import SmtpTestServer, running_smtp_server
@@ -106,8 +106,8 @@ async def test_an_html_only_row_gets_its_text_alternative_unless_turned_off(
 
 async def test_a_suppressed_internationalised_address_gets_no_mail(
         running: Any, store: Store, smtp_server: SmtpTestServer, db_url: str) -> None:
+    from outbox_mailer.delivery_events.suppression import normal_address
     from outbox_mailer.store import EventStore
-    from outbox_mailer.suppression import normal_address
 
     events = await EventStore.open(db_url)
     try:

@@ -30,10 +30,10 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from outbox_mailer.config import Settings
-from outbox_mailer.http_server import serve_http
+from outbox_mailer.receiver.server import Receiver, build_app
+from outbox_mailer.serving.http_server import serve_http
+from outbox_mailer.settings.config import Settings
 from outbox_mailer.store import EventStore
-from outbox_mailer.webhook_server import Receiver, build_app
 from tests.integration.conftest import insert, metered_daemon, settings_for
 from tests.smtp_server import SmtpTestServer, free_port
 from tests.sql_store import SqlStore

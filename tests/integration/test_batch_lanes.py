@@ -16,8 +16,8 @@ import anyio
 import pytest
 
 from outbox_mailer.clock import monotonic
-from outbox_mailer.config import ApiTransportSettings
-from outbox_mailer.daemon import Daemon
+from outbox_mailer.daemon.service import Daemon
+from outbox_mailer.settings.config import ApiTransportSettings
 from outbox_mailer.store import ClaimSession
 from outbox_mailer.transports.api.http import HttpApiTransport
 from tests.integration.conftest import settings_for

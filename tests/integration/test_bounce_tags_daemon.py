@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from outbox_mailer.bounce_tags import BounceAddress, BounceTag, day_of
+from outbox_mailer.delivery_events.bounce_tags import BounceAddress, BounceTag, day_of
 from outbox_mailer.store import Store
 from tests.integration.conftest import insert
 from tests.integration.test_partial_recipients import columns, message_id, refused_of_attempts

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from outbox_mailer.bounce_tags import BounceAddress, BounceTag, Unproven, day_of
+from outbox_mailer.delivery_events.bounce_tags import BounceAddress, BounceTag, Unproven, day_of
 from outbox_mailer.delivery_events.dsn import parse_dsn
 from outbox_mailer.delivery_events.model import BounceClass, Kind, ProviderEvent
-from outbox_mailer.event_intake import take_in
+from outbox_mailer.receiver.intake import take_in
 from outbox_mailer.store import EventStore
 from outbox_mailer.store.console import ConsoleStore
 from tests.integration.test_delivery_events import row, send_one

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 import asyncpg
 import pytest
 
-from outbox_mailer.grants import grant_statements
+from outbox_mailer.store.grants import grant_statements
 from tests.conftest import psql
 from tests.console_harness import Client, password_hash, served_console
 from tests.integration.conftest import insert

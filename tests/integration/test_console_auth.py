@@ -10,9 +10,10 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from outbox_mailer.config import Settings
-from outbox_mailer.console.app import Console, build_app
+from outbox_mailer.console.app import build_app
 from outbox_mailer.console.throttle import REFUSE_AFTER, SLOW_AFTER
+from outbox_mailer.console.web import Console
+from outbox_mailer.settings.config import Settings
 from outbox_mailer.store.console import ConsoleStore
 from tests.console_harness import PASSWORD, Served, password_hash, served_console
 from tests.integration.conftest import insert

@@ -11,7 +11,7 @@ from urllib.parse import quote
 
 import pytest
 
-from outbox_mailer.console.app import key_url
+from outbox_mailer.console.web import key_url
 from tests.console_harness import Client
 from tests.integration.conftest import insert
 from tests.sql_store import SqlStore

@@ -11,7 +11,7 @@ import httpx
 import pytest
 from pydantic import ValidationError
 
-from outbox_mailer.config import Settings
+from outbox_mailer.settings.config import Settings
 from tests.console_harness import served_console
 from tests.sql_store import SqlStore
 

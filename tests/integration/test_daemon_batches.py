@@ -15,11 +15,11 @@ from typing import Any
 import anyio
 import pytest
 
-from outbox_mailer.config import ApiTransportSettings
-from outbox_mailer.daemon import Daemon
-from outbox_mailer.metrics import Metrics
+from outbox_mailer.daemon.metrics import Metrics
+from outbox_mailer.daemon.service import Daemon
+from outbox_mailer.providers.seam import batch_idempotency_key
+from outbox_mailer.settings.config import ApiTransportSettings
 from outbox_mailer.transports.api.http import HttpApiTransport
-from outbox_mailer.transports.seam import batch_idempotency_key
 from tests.integration.conftest import settings_for
 from tests.integration.test_http_transports import free_port
 from tests.provider_server import KEY_HEADER, ProviderServer

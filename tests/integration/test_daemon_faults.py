@@ -8,13 +8,13 @@ from typing import Any
 import anyio
 import pytest
 
-from outbox_mailer.config import Settings
-from outbox_mailer.daemon import Daemon
+from outbox_mailer.daemon.service import Daemon
 from outbox_mailer.delivery import ComposedMessage, Delivery, Outcome
-from outbox_mailer.migrations import load_migrations
-from outbox_mailer.pgcluster import TemporaryPostgres
-from outbox_mailer.sink import SmtpSink
+from outbox_mailer.devtools.pgcluster import TemporaryPostgres
+from outbox_mailer.devtools.sink import SmtpSink
+from outbox_mailer.settings.config import Settings
 from outbox_mailer.store import Store
+from outbox_mailer.store.migrations import load_migrations
 from outbox_mailer.transports.smtp import SmtpTransport
 from tests.integration.conftest import insert
 from tests.smtp_server import SmtpTestServer, free_port

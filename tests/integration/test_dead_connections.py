@@ -17,8 +17,8 @@ from urllib.parse import urlsplit, urlunsplit
 import anyio
 import pytest
 
+from outbox_mailer.daemon.sessions import DaemonSessions
 from outbox_mailer.errors import DatabaseUnavailable
-from outbox_mailer.sessions import DaemonSessions
 from outbox_mailer.store import ClaimSession, Listener, SessionLimits, Store, pooler
 from tests.smtp_server import SmtpTestServer
 from tests.sql_store import SqlStore

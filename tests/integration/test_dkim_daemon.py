@@ -1,5 +1,5 @@
 """DKIM end to end: the daemon, with OUTBOX_MAILER_DKIM__* set and its transports built as `run` builds them
-(transports/factory.py), sends rows to the test SMTP server, and what the server received verifies against the
+(daemon/transport_factory.py), sends rows to the test SMTP server, and what the server received verifies against the
 public key with dkimpy's verifier (DNS answered by a stub: no network)."""
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from outbox_mailer.daemon import Daemon
+from outbox_mailer.daemon.service import Daemon
+from outbox_mailer.daemon.transport_factory import build_transports
 from outbox_mailer.store import Store
-from outbox_mailer.transports.factory import build_transports
 from tests.integration.conftest import Running, insert, settings_for
 from tests.smtp_server import SmtpTestServer
 

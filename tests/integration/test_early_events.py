@@ -14,7 +14,7 @@ import pytest
 
 from outbox_mailer.delivery import Status
 from outbox_mailer.delivery_events.model import BounceClass, Kind, ProviderEvent
-from outbox_mailer.event_intake import take_in
+from outbox_mailer.receiver.intake import take_in
 from outbox_mailer.store import ClaimSession, EventStore
 from tests.integration.conftest import insert
 from tests.integration.test_store import insert_rows, write_for

@@ -18,14 +18,14 @@ import anyio
 import httpx
 import pytest
 
-from outbox_mailer.compose import compose
-from outbox_mailer.config import ApiTransportSettings
 from outbox_mailer.delivery import BatchOutcome, Cause, ComposedMessage, Delivery, SendSingly
+from outbox_mailer.message.compose import compose
+from outbox_mailer.providers.seam import batch_idempotency_key
+from outbox_mailer.settings.config import ApiTransportSettings
 from outbox_mailer.transports.api.http import HttpApiTransport
-from outbox_mailer.transports.seam import batch_idempotency_key
 from tests.integration.test_http_transports import free_port
-from tests.provider_server import KEY_HEADER, ProviderServer, provider_server  # noqa: F401  (fixture)
 from tests.message_ids import claimed_message_id
+from tests.provider_server import KEY_HEADER, ProviderServer, provider_server  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.anyio
 

@@ -21,16 +21,16 @@ from typing import Any
 import anyio
 import pytest
 
-from outbox_mailer.compose import compose
-from outbox_mailer.config import ApiTransportSettings
-from outbox_mailer.daemon import Daemon
+from outbox_mailer.daemon.service import Daemon
 from outbox_mailer.delivery import ComposedMessage, Delivery, OutcomeKind
 from outbox_mailer.errors import TransportUnavailable
+from outbox_mailer.message.compose import compose
+from outbox_mailer.settings.config import ApiTransportSettings
 from outbox_mailer.store import Store
 from outbox_mailer.transports.api.http import HttpApiTransport
 from tests.integration.conftest import Running, insert, settings_for
-from tests.provider_server import KEY_HEADER, ProviderServer, provider_server  # noqa: F401  (fixture)
 from tests.message_ids import claimed_message_id
+from tests.provider_server import KEY_HEADER, ProviderServer, provider_server  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.anyio
 

@@ -11,8 +11,8 @@ from typing import Any
 import anyio
 import pytest
 
-from outbox_mailer.processes import ProcessIdentity, this_process
 from outbox_mailer.store import ClaimSession
+from outbox_mailer.store.processes import ProcessIdentity, this_process
 from tests.integration.conftest import insert
 from tests.smtp_server import SmtpTestServer
 from tests.sql_store import SqlStore

@@ -1,7 +1,7 @@
 """The claim writes each row's Message-ID at its first claim, and every later claim keeps it.
 
 The form is ``<13 hex digits of the first claim's time in µs><19 hex digits of HMAC-SHA256(secret,
-dedupe key)>@<sender's domain>``, computed by the claim statement itself (outbox_mailer/message_ids.py).
+dedupe key)>@<sender's domain>``, computed by the claim statement itself (outbox_mailer/message/message_ids.py).
 These tests check it against Python's own HMAC, for the domain cases, for a row first claimed before
 schema 10, and for a value someone else wrote into the column.
 """
@@ -17,7 +17,7 @@ import time
 import pytest
 
 from outbox_mailer.delivery import Status
-from outbox_mailer.message_ids import MessageIdKey
+from outbox_mailer.message.message_ids import MessageIdKey
 from outbox_mailer.store import ClaimSession
 from tests.integration.test_store import write_for
 from tests.sql_store import SqlStore

@@ -16,10 +16,10 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from outbox_mailer.config import Settings, load_settings
-from outbox_mailer.daemon import Daemon
+from outbox_mailer.daemon.metrics import Metrics
+from outbox_mailer.daemon.service import Daemon
 from outbox_mailer.errors import ConfigurationError
-from outbox_mailer.metrics import Metrics
+from outbox_mailer.settings.config import Settings, load_settings
 from outbox_mailer.store import Store
 from outbox_mailer.transports.smtp import SmtpTransport
 from tests.integration.conftest import Running, insert, metered_daemon, settings_for

@@ -21,9 +21,9 @@ import httpx
 import pytest
 from anyio.abc import TaskStatus
 
-from outbox_mailer.daemon import Daemon
-from outbox_mailer.http_server import MAX_CONNECTIONS, REQUEST_TIMEOUT_SECONDS
-from outbox_mailer.metrics import Metrics
+from outbox_mailer.daemon.metrics import Metrics
+from outbox_mailer.daemon.service import Daemon
+from outbox_mailer.serving.http_server import MAX_CONNECTIONS, REQUEST_TIMEOUT_SECONDS
 from outbox_mailer.transports.smtp import SmtpTransport
 from tests.integration.conftest import settings_for
 from tests.smtp_server import SmtpTestServer, free_port

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from outbox_mailer.migrations import load_migrations
+from outbox_mailer.store.migrations import load_migrations
 from tests.sql_store import SqlStore
 
 pytestmark = pytest.mark.anyio

@@ -8,8 +8,8 @@ import anyio
 import asyncpg
 import pytest
 
-from outbox_mailer.daemon import Daemon
-from outbox_mailer.migrations import load_migrations
+from outbox_mailer.daemon.service import Daemon
+from outbox_mailer.store.migrations import load_migrations
 from outbox_mailer.transports.smtp import SmtpTransport
 from tests.integration.conftest import settings_for
 from tests.smtp_server import SmtpTestServer

@@ -14,7 +14,7 @@ import asyncpg
 import pytest
 
 from outbox_mailer.cli import main
-from outbox_mailer.daemon import Daemon
+from outbox_mailer.daemon.service import Daemon
 from outbox_mailer.errors import ConfigurationError
 from outbox_mailer.store.pooler import session_pooling_problem
 from outbox_mailer.transports.smtp import SmtpTransport

@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from outbox_mailer.queries import QUERIES
+from outbox_mailer.store.queries import QUERIES
 
 
 @pytest.mark.parametrize("name", sorted(QUERIES))

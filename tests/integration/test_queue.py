@@ -13,8 +13,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from outbox_mailer.delivery import Status
-from outbox_mailer.queries import sql
 from outbox_mailer.store import ClaimSession
+from outbox_mailer.store.queries import sql
 from tests.integration.test_store import insert_rows, write_for
 from tests.sql_store import SqlStore
 

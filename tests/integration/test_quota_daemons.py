@@ -10,8 +10,8 @@ import anyio
 import pytest
 from prometheus_client import generate_latest
 
-from outbox_mailer.metrics import Metrics
-from outbox_mailer.quotas import transport_use
+from outbox_mailer.daemon.metrics import Metrics
+from outbox_mailer.daemon.quotas import transport_use
 from outbox_mailer.store import Store
 from outbox_mailer.store.limits import LimitStore
 from tests.integration.conftest import insert

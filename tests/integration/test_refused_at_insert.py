@@ -20,7 +20,7 @@ from typing import Any
 import asyncpg
 import pytest
 
-from outbox_mailer.addresses import find_control_character
+from outbox_mailer.message.addresses import find_control_character
 from tests.conftest import cloned_database
 from tests.smtp_server import SmtpTestServer
 from tests.sql_store import SqlStore
@@ -247,7 +247,7 @@ async def test_the_control_characters_are_exactly_the_daemons(conn: asyncpg.Conn
 
 
 async def test_header_names_are_judged_as_the_daemon_judges_them(conn: asyncpg.Connection) -> None:
-    from outbox_mailer.header_fields import _FIELD_NAME  # the daemon's rule for a header name
+    from outbox_mailer.message.header_fields import FIELD_NAME  # the daemon's rule for a header name
 
     for i in [*range(1, 256), 0x2028, 0x3000, 0x1F389]:
         name = f"X-{chr(i)}"
@@ -258,7 +258,7 @@ async def test_header_names_are_judged_as_the_daemon_judges_them(conn: asyncpg.C
         except asyncpg.CheckViolationError as exc:
             assert exc.constraint_name == "email_deliveries_header_names_valid", (i, exc)
             accepted = False
-        assert accepted == bool(_FIELD_NAME.fullmatch(name)), hex(i)
+        assert accepted == bool(FIELD_NAME.fullmatch(name)), hex(i)
 
 
 async def test_an_update_writing_a_hostile_value_is_refused(conn: asyncpg.Connection) -> None:

@@ -16,9 +16,9 @@ import anyio
 import asyncpg
 import pytest
 
-from outbox_mailer.daemon import Daemon
-from outbox_mailer.migrations import load_migrations
+from outbox_mailer.daemon.service import Daemon
 from outbox_mailer.store import Store
+from outbox_mailer.store.migrations import load_migrations
 from outbox_mailer.transports.smtp import SmtpTransport
 from tests.integration.conftest import Running, settings_for
 from tests.integration.test_refused_at_insert import (

@@ -9,10 +9,10 @@ from typing import Any
 import httpx
 import pytest
 
-from outbox_mailer.config import Settings
-from outbox_mailer.http_server import serve_http
+from outbox_mailer.receiver.server import Receiver, build_app
+from outbox_mailer.serving.http_server import serve_http
+from outbox_mailer.settings.config import Settings
 from outbox_mailer.store import EventStore
-from outbox_mailer.webhook_server import Receiver, build_app
 from tests.integration.test_daemon_batches import insert, resend, settled  # noqa: F401  (fixture)
 from tests.integration.test_webhook_receiver import RESEND_SECRET, resend_event, svix_headers
 from tests.provider_server import ProviderServer

@@ -11,11 +11,11 @@ import anyio
 import asyncpg
 import pytest
 
-from outbox_mailer.config import PruneSettings
+from outbox_mailer.daemon.retention import PruneResult, prune
 from outbox_mailer.delivery_events.model import BounceClass, Kind, ProviderEvent
-from outbox_mailer.grants import grant_statements
-from outbox_mailer.retention import PruneResult, prune
+from outbox_mailer.settings.config import PruneSettings
 from outbox_mailer.store import ClaimSession, EventStore, Store
+from outbox_mailer.store.grants import grant_statements
 from tests.conftest import psql
 from tests.sql_store import SqlStore
 

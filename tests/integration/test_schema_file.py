@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from outbox_mailer.migrations import load_migrations, migrations_dir
+from outbox_mailer.store.migrations import load_migrations, migrations_dir
 from tests.schema_dump import REGENERATE, SCHEMA_FILE, difference, migrated_schema
 
 ROOT = Path(__file__).resolve().parents[2]

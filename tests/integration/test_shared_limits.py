@@ -10,11 +10,11 @@ from typing import Any
 import anyio
 import pytest
 
-from outbox_mailer.breaker import Breaker
+from outbox_mailer.daemon.breaker import Breaker
+from outbox_mailer.daemon.gate import TransportGate
+from outbox_mailer.daemon.quotas import HORIZON_SECONDS, SharedLimit, throttling
 from outbox_mailer.delivery import Cause, Outcome
-from outbox_mailer.gate import TransportGate
-from outbox_mailer.limit_settings import LimitSettings
-from outbox_mailer.quotas import HORIZON_SECONDS, SharedLimit, throttling
+from outbox_mailer.settings.limits import LimitSettings
 from outbox_mailer.store.limits import LimitStore
 
 pytestmark = pytest.mark.anyio

@@ -7,7 +7,7 @@ import asyncio
 import aiosmtplib
 import pytest
 
-from outbox_mailer.sink import (
+from outbox_mailer.devtools.sink import (
     ReceivedMessage,
     SmtpSink,
     always_refuse,

@@ -28,11 +28,11 @@ from typing import Any
 import anyio
 import pytest
 
-from outbox_mailer.config import SmtpSettings
 from outbox_mailer.delivery import ComposedMessage, Delivery, Outcome, OutcomeKind, RefusedRecipient
+from outbox_mailer.settings.config import SmtpSettings
 from outbox_mailer.transports.smtp import SmtpTransport
-from tests.smtp_server import running_smtp_server
 from tests.message_ids import claimed_message_id
+from tests.smtp_server import running_smtp_server
 
 pytestmark = pytest.mark.anyio
 

@@ -11,7 +11,6 @@ import pytest
 from outbox_mailer.decide import Transition
 from outbox_mailer.delivery import OutcomeKind, Status
 from outbox_mailer.errors import InvalidTransition, NotFound, SchemaMismatch
-from outbox_mailer.migrations import Migration, load_migrations
 from outbox_mailer.store import (
     AttemptRecord,
     ClaimSession,
@@ -19,6 +18,7 @@ from outbox_mailer.store import (
     OutcomeWrite,
     Store,
 )
+from outbox_mailer.store.migrations import Migration, load_migrations
 from tests.sql_store import SqlStore
 
 pytestmark = pytest.mark.anyio

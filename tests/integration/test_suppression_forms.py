@@ -11,13 +11,13 @@ import asyncpg
 import pytest
 
 from outbox_mailer.delivery_events.model import BounceClass, Kind, ProviderEvent
-from outbox_mailer.event_intake import take_in
-from outbox_mailer.migrations import load_migrations
+from outbox_mailer.delivery_events.suppression import normal_address
+from outbox_mailer.receiver.intake import take_in
 from outbox_mailer.store import EventStore, Store
-from outbox_mailer.suppression import normal_address
+from outbox_mailer.store.migrations import load_migrations
 from tests.integration.conftest import insert
-from tests.sql_store import SqlStore
 from tests.smtp_server import SmtpTestServer
+from tests.sql_store import SqlStore
 
 pytestmark = pytest.mark.anyio
 

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, SecretStr
 
-from outbox_mailer.config import ApiTransportSettings, Settings
+from outbox_mailer.settings.config import ApiTransportSettings, Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 UNITS = ROOT / "systemd"

@@ -1,6 +1,6 @@
 """The transport contract: one suite, run against every transport (like River's driver test suite).
 
-Every test runs against each kind the registry knows (``outbox_mailer.transports.registry``)
+Every test runs against each kind the registry knows (``outbox_mailer.providers.registry``)
 and SMTP, each against its fake on loopback: SMTP (one command at a time, and pipelined)
 against aiosmtpd (tests/smtp_server.py), ``resend``, ``postmark``, ``sendgrid`` and the
 in-house ``http`` kind against the fake provider server (tests/provider_server.py). A
@@ -37,15 +37,15 @@ from typing import Any
 
 import pytest
 
-from outbox_mailer.compose import compose
-from outbox_mailer.config import ApiTransportSettings, SmtpSettings
 from outbox_mailer.delivery import Cause, ComposedMessage, Delivery, Outcome, Transport, idempotency_key
+from outbox_mailer.message.compose import compose
+from outbox_mailer.providers.registry import API_PROVIDERS, in_house
+from outbox_mailer.settings.config import ApiTransportSettings, SmtpSettings
 from outbox_mailer.transports.api.http import HttpApiTransport
-from outbox_mailer.transports.registry import API_PROVIDERS, in_house
 from outbox_mailer.transports.smtp import SmtpTransport
+from tests.message_ids import claimed_message_id
 from tests.provider_server import ProviderServer
 from tests.smtp_server import SmtpTestServer, free_port, running_smtp_server
-from tests.message_ids import claimed_message_id
 
 pytestmark = pytest.mark.anyio
 

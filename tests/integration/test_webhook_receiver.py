@@ -17,13 +17,13 @@ import anyio
 import httpx
 import pytest
 
-from outbox_mailer.config import Settings
 from outbox_mailer.delivery_events import ses
-from outbox_mailer.http_server import serve_http
-from outbox_mailer.migrations import load_migrations
-from outbox_mailer.pgcluster import TemporaryPostgres
+from outbox_mailer.devtools.pgcluster import TemporaryPostgres
+from outbox_mailer.receiver.server import Receiver, build_app
+from outbox_mailer.serving.http_server import serve_http
+from outbox_mailer.settings.config import Settings
 from outbox_mailer.store import EventStore
-from outbox_mailer.webhook_server import Receiver, build_app
+from outbox_mailer.store.migrations import load_migrations
 from tests.integration.test_delivery_events import send_one
 from tests.smtp_server import free_port
 from tests.sql_store import SqlStore

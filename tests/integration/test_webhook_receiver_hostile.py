@@ -19,13 +19,17 @@ import httpx
 import pytest
 from anyio.abc import SocketStream
 
-from outbox_mailer.config import Settings
-from outbox_mailer.http_server import MAX_CONNECTIONS, MAX_CONNECTIONS_PER_CLIENT, MAX_HEAD_BYTES, \
-    REQUEST_TIMEOUT_SECONDS, serve_http
+from outbox_mailer.receiver.server import Receiver, build_app
+from outbox_mailer.serving.http_server import (
+    MAX_CONNECTIONS,
+    MAX_CONNECTIONS_PER_CLIENT,
+    MAX_HEAD_BYTES,
+    REQUEST_TIMEOUT_SECONDS,
+    serve_http,
+)
+from outbox_mailer.settings.config import Settings
 from outbox_mailer.store import EventStore
-from outbox_mailer.webhook_server import Receiver, build_app
-from tests.integration.test_webhook_receiver import MAILGUN_KEY, RESEND_SECRET, mailgun_body, resend_event, \
-    svix_headers
+from tests.integration.test_webhook_receiver import MAILGUN_KEY, RESEND_SECRET, mailgun_body, resend_event, svix_headers
 from tests.smtp_server import free_port
 from tests.sql_store import SqlStore
 from tests.unit import test_events_sendgrid as sg

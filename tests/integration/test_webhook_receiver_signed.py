@@ -30,11 +30,11 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from outbox_mailer.clock import utc_now
-from outbox_mailer.config import Settings
 from outbox_mailer.delivery_events import ses
-from outbox_mailer.http_server import serve_http
+from outbox_mailer.receiver.server import CERTIFICATE_RETRY_SECONDS, Receiver, build_app
+from outbox_mailer.serving.http_server import serve_http
+from outbox_mailer.settings.config import Settings
 from outbox_mailer.store import EventStore
-from outbox_mailer.webhook_server import CERTIFICATE_RETRY_SECONDS, Receiver, build_app
 from tests.integration.test_delivery_events import send_one
 from tests.integration.test_webhook_receiver import count, post
 from tests.smtp_server import free_port, make_self_signed_cert

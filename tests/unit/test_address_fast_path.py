@@ -1,6 +1,6 @@
 """The address fast path gives exactly what email_validator gives (property-based).
 
-outbox_mailer.addresses validates the common addresses (an ASCII dot-atom local
+outbox_mailer.message.addresses validates the common addresses (an ASCII dot-atom local
 part) without calling email_validator per address: the domain is checked once
 per distinct domain, the local part by a regular expression.  These tests show,
 against email_validator itself (called here directly, as the code did before the
@@ -27,9 +27,9 @@ from email_validator.syntax import validate_email_domain_name
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from outbox_mailer import addresses
-from outbox_mailer.addresses import ParsedAddress, parse_address
 from outbox_mailer.errors import CompositionError
+from outbox_mailer.message import addresses
+from outbox_mailer.message.addresses import ParsedAddress, parse_address
 
 EXAMPLES = int(os.environ.get("OUTBOX_ADDRESS_EXAMPLES", "500"))
 

@@ -11,17 +11,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from outbox_mailer.addresses import (
+from outbox_mailer.errors import CompositionError
+from outbox_mailer.message.addresses import (
     ParsedAddress,
     address_words,
     allow_special_use_domains,
-    special_use_policy,
     encoded_words,
     find_control_character,
     parse_address,
     parse_address_list,
+    special_use_policy,
 )
-from outbox_mailer.errors import CompositionError
 
 
 @pytest.mark.parametrize("raw, name, addr_spec", [
@@ -260,8 +260,8 @@ def test_turning_the_setting_off_again_forgets_what_was_accepted() -> None:
 def test_settings_that_fail_validation_leave_the_rule_unchanged() -> None:
     from pydantic import ValidationError
 
-    from outbox_mailer.addresses import special_use_domains_allowed
-    from outbox_mailer.config import Settings
+    from outbox_mailer.message.addresses import special_use_domains_allowed
+    from outbox_mailer.settings.config import Settings
 
     with pytest.raises(ValidationError):
         Settings(allow_special_use_domains=True, default_from="Shop <noreply@shop.example.test>", max_message_bytes=5)

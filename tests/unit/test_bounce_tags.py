@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from outbox_mailer.bounce_tags import MAX_AGE_DAYS, MAX_LOCAL_OCTETS, BounceAddress, BounceTag, Unproven
-from outbox_mailer.config import Settings
+from outbox_mailer.delivery_events.bounce_tags import MAX_AGE_DAYS, MAX_LOCAL_OCTETS, BounceAddress, BounceTag, Unproven
 from outbox_mailer.errors import ConfigurationError
+from outbox_mailer.settings.config import Settings
 
 KEY, OLD = b"k" * 32, b"o" * 32
 DAY = 20_800
@@ -57,7 +57,7 @@ def test_an_edited_or_invented_tag_is_forged_and_our_plain_address_is_untagged()
 ])
 def test_bounce_settings_are_checked_at_start_up(monkeypatch: pytest.MonkeyPatch, env: dict[str, str],
                                                  fragment: str) -> None:
-    from outbox_mailer.config import load_settings
+    from outbox_mailer.settings.config import load_settings
 
     for name, value in env.items():
         monkeypatch.setenv(name, value)

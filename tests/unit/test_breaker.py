@@ -1,4 +1,4 @@
-from outbox_mailer.breaker import Breaker
+from outbox_mailer.daemon.breaker import Breaker
 
 
 def test_pauses_grow_exponentially_up_to_the_cap() -> None:

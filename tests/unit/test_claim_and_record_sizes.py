@@ -8,11 +8,11 @@ from types import SimpleNamespace
 import anyio
 import pytest
 
-from outbox_mailer.claimer import Claimer
-from outbox_mailer.config import Settings
-from outbox_mailer.inflight import InFlight
-from outbox_mailer.lanes import Lane
-from outbox_mailer.recorder import GATHER_OUTCOMES, GATHER_SECONDS, Recorder
+from outbox_mailer.daemon.claimer import Claimer
+from outbox_mailer.daemon.inflight import InFlight
+from outbox_mailer.daemon.lanes import Lane
+from outbox_mailer.daemon.recorder import GATHER_OUTCOMES, GATHER_SECONDS, Recorder
+from outbox_mailer.settings.config import Settings
 
 pytestmark = pytest.mark.anyio
 

@@ -20,11 +20,11 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from outbox_mailer.header_fields import unstructured
-from outbox_mailer import mime
-from outbox_mailer.compose import check_composed, compose
 from outbox_mailer.delivery import ComposedMessage, Delivery
 from outbox_mailer.errors import CompositionError
+from outbox_mailer.message import mime
+from outbox_mailer.message.compose import check_composed, compose
+from outbox_mailer.message.header_fields import unstructured
 
 NOW = datetime(2026, 5, 1, 12, 30, tzinfo=timezone.utc)
 KEY = "order-42-receipt"
@@ -535,7 +535,7 @@ def test_error_reason_names_the_invalid_address() -> None:
 
 
 def test_parse_back_safety_net_refuses_a_broken_rendering(monkeypatch: pytest.MonkeyPatch) -> None:
-    import outbox_mailer.compose as compose_module
+    import outbox_mailer.message.compose as compose_module
 
     def leaky(name: str, value: str) -> str:
         return f"{name}: {value}\r\nBcc: spy@example.org\r\n"
@@ -709,7 +709,7 @@ def test_text_part_is_7bit_when_it_can_be_else_the_shorter_encoding(body: str) -
 
 
 def test_long_html_goes_html_only_rather_than_hold_the_daemon() -> None:
-    from outbox_mailer.text_alternative import MAX_HTML_BYTES
+    from outbox_mailer.message.text_alternative import MAX_HTML_BYTES
 
     html = "<p>" + "x" * (MAX_HTML_BYTES - 7) + "</p>"
     assert parse(run(text_body=None, html_body=html)).get_content_type() == "multipart/alternative"

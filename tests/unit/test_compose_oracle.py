@@ -1,6 +1,6 @@
 """compose() against the standard library as the oracle (property-based).
 
-compose() assembles MIME directly (outbox_mailer.mime) and no longer parses each
+compose() assembles MIME directly (outbox_mailer.message.mime) and no longer parses each
 message back.  This file is the proof that it may: for any generated row,
 
 * the row is valid here exactly when compose() accepts it (the rules are
@@ -52,10 +52,10 @@ from email_validator.rfc_constants import CASE_INSENSITIVE_MAILBOX_NAMES
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from outbox_mailer import addresses as addresses_module
-from outbox_mailer.compose import check_composed, compose
 from outbox_mailer.delivery import Delivery
 from outbox_mailer.errors import CompositionError
+from outbox_mailer.message import addresses as addresses_module
+from outbox_mailer.message.compose import check_composed, compose
 
 NOW = datetime(2026, 5, 1, 12, 30, tzinfo=timezone.utc)
 MESSAGE_ID = "<0662a1b2c3d4e5f6a7b8c9d0e1f2a3b4@oracle.example>"  # as a claim writes it

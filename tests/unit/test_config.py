@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from outbox_mailer.config import load_settings
 from outbox_mailer.errors import ConfigurationError
+from outbox_mailer.settings.config import load_settings
 
 
 @pytest.fixture(autouse=True)

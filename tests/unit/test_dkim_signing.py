@@ -19,12 +19,12 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
-from outbox_mailer.compose import compose
-from outbox_mailer.config import load_settings
-from outbox_mailer.config_checks import source_error
 from outbox_mailer.delivery import ComposedMessage, Delivery
-from outbox_mailer.dkim_signing import DkimSettings, DkimSigner
 from outbox_mailer.errors import CompositionError, ConfigurationError
+from outbox_mailer.message.compose import compose
+from outbox_mailer.message.dkim_signing import DkimSettings, DkimSigner
+from outbox_mailer.settings.checks import source_error
+from outbox_mailer.settings.config import load_settings
 
 DOMAIN, SELECTOR = "example.com", "mail2026"
 NOW = datetime(2026, 5, 1, 12, 30, tzinfo=UTC)

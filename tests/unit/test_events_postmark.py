@@ -14,7 +14,7 @@ import pytest
 from outbox_mailer.delivery import Delivery, MessageFields
 from outbox_mailer.delivery_events import postmark
 from outbox_mailer.delivery_events.model import BounceClass, Kind, Malformed, Unauthenticated
-from outbox_mailer.transports.api.postmark import PostmarkApi
+from outbox_mailer.providers.postmark import PostmarkApi
 
 USER = "postmark-hooks"
 MESSAGE_ID = "883953f4-6105-42a2-a16a-77a8eac79483"

@@ -16,7 +16,7 @@ import pytest
 from outbox_mailer.delivery import Delivery, MessageFields
 from outbox_mailer.delivery_events import resend
 from outbox_mailer.delivery_events.model import BounceClass, Kind, Malformed, Unauthenticated
-from outbox_mailer.transports.api.resend import ResendApi
+from outbox_mailer.providers.resend import ResendApi
 
 NOW = datetime(2026, 3, 14, 15, 9, 26, tzinfo=UTC)
 EMAIL_ID = "56761188-7520-42d8-8898-ff6fc54ce618"

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from outbox_mailer.breaker import Breaker
-from outbox_mailer.config import Settings
+from outbox_mailer.daemon.breaker import Breaker
+from outbox_mailer.daemon.failover import Routes
+from outbox_mailer.daemon.gate import TransportGate
 from outbox_mailer.delivery import Outcome, RefusedRecipient
-from outbox_mailer.failover import Routes
-from outbox_mailer.gate import TransportGate
+from outbox_mailer.settings.config import Settings
 
 NOW = 1000.0
 

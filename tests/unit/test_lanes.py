@@ -7,7 +7,7 @@ from typing import Any
 import anyio
 import pytest
 
-from outbox_mailer.lanes import QUEUE_PER_WORKER, YIELD_EVERY_ROWS, Lane
+from outbox_mailer.daemon.lanes import QUEUE_PER_WORKER, YIELD_EVERY_ROWS, Lane
 
 pytestmark = pytest.mark.anyio
 

@@ -15,7 +15,7 @@ from typing import IO
 import pytest
 
 from outbox_mailer import cli
-from outbox_mailer.logs import configure_logging, syslog_priority, writes_to_journal
+from outbox_mailer.serving.logs import configure_logging, syslog_priority, writes_to_journal
 
 TIMESTAMP = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}"
 
@@ -111,12 +111,12 @@ def test_a_stream_without_a_file_descriptor_is_never_the_journal() -> None:
 
 def test_json_lines_carry_time_level_logger_message_and_extra_fields(log_file: IO[str]) -> None:
     configure_logging("INFO", "json", stream=log_file, environ={})
-    log = logging.getLogger("outbox_mailer.daemon")
+    log = logging.getLogger("outbox_mailer.daemon.service")
     log.info("sent key=%s", "k1", extra={"dedupe_key": "k1", "attempt": 2, "when": datetime(2026, 1, 2)})
     log.warning("Zoë \"quoted\"\nnext line")
     first, second = (json.loads(line) for line in lines(log_file))
     assert set(first) == {"time", "level", "logger", "message", "dedupe_key", "attempt", "when"}
-    assert first["level"] == "INFO" and first["logger"] == "outbox_mailer.daemon"
+    assert first["level"] == "INFO" and first["logger"] == "outbox_mailer.daemon.service"
     assert first["message"] == "sent key=k1" and first["dedupe_key"] == "k1" and first["attempt"] == 2
     assert first["when"] == "2026-01-02 00:00:00"  # not JSON-serialisable: str()
     assert datetime.fromisoformat(first["time"]).utcoffset().total_seconds() == 0

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from outbox_mailer.config import Settings
-from outbox_mailer.message_ids import DEFAULT_KEY, DEFAULT_SECRET, MessageIdKey, is_message_id
+from outbox_mailer.message.message_ids import DEFAULT_KEY, DEFAULT_SECRET, MessageIdKey, is_message_id
+from outbox_mailer.settings.config import Settings
 
 
 def sql_hmac(key: MessageIdKey, message: bytes) -> bytes:
@@ -30,9 +30,9 @@ def test_the_pads_make_hmac_sha256_for_any_secret(secret: bytes, message: bytes)
 
 def test_the_secret_setting_is_used_and_the_built_in_one_otherwise() -> None:
     url = "postgresql://u@127.0.0.1:1/db"
-    custom = MessageIdKey.from_settings(Settings(database_url=url, message_id_secret="s3cret"))
+    custom = Settings(database_url=url, message_id_secret="s3cret").message_id_key()
     assert sql_hmac(custom, b"k") == hmac.new(b"s3cret", b"k", hashlib.sha256).digest()
-    built_in = MessageIdKey.from_settings(Settings(database_url=url))
+    built_in = Settings(database_url=url).message_id_key()
     assert sql_hmac(built_in, b"k") == hmac.new(DEFAULT_SECRET, b"k", hashlib.sha256).digest()
     assert built_in == DEFAULT_KEY
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import dataclasses
 from datetime import UTC, datetime
 
-from outbox_mailer.config import Settings
+from outbox_mailer.daemon.metrics import Metrics
 from outbox_mailer.decide import RetryPolicy, decide
 from outbox_mailer.delivery import Delivery, Outcome
-from outbox_mailer.metrics import Metrics
+from outbox_mailer.delivery_events.suppression import screen
+from outbox_mailer.settings.config import Settings
 from outbox_mailer.store import AttemptRecord, OutcomeWrite
-from outbox_mailer.suppression import screen
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from outbox_mailer.processes import ProcessIdentity, dead_workers, provably_dead, start_ticks
+from outbox_mailer.store.processes import ProcessIdentity, dead_workers, provably_dead, start_ticks
 
 ME = ProcessIdentity("boot-a", "pid:[1]", 100, 5000)
 NO_SUCH_PID = 4_000_000  # above Linux's pid_max ceiling (2^22): never a process

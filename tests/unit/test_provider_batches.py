@@ -12,8 +12,6 @@ from typing import Any, ClassVar
 
 import pytest
 
-from outbox_mailer.compose import compose
-from outbox_mailer.config import load_settings
 from outbox_mailer.delivery import (
     AttachmentFields,
     BatchOutcome,
@@ -25,12 +23,14 @@ from outbox_mailer.delivery import (
     SendSingly,
 )
 from outbox_mailer.errors import ConfigurationError
-from outbox_mailer.transports.api.batches import BatchItem, batch_provider
-from outbox_mailer.transports.api.postmark import PostmarkApi
-from outbox_mailer.transports.api.provider import ApiResponse, ProviderOptions
-from outbox_mailer.transports.api.resend import ResendApi
-from outbox_mailer.transports.registry import API_PROVIDERS, BATCH_KINDS, has_batch_endpoint
-from outbox_mailer.transports.seam import batch_idempotency_key, resend_safe_until
+from outbox_mailer.message.compose import compose
+from outbox_mailer.providers.batches import BatchItem, batch_provider
+from outbox_mailer.providers.postmark import PostmarkApi
+from outbox_mailer.providers.provider import ApiResponse, ProviderOptions
+from outbox_mailer.providers.registry import API_PROVIDERS, BATCH_KINDS, has_batch_endpoint
+from outbox_mailer.providers.resend import ResendApi
+from outbox_mailer.providers.seam import batch_idempotency_key, resend_safe_until
+from outbox_mailer.settings.config import load_settings
 from tests.message_ids import claimed_message_id
 
 NOW = datetime(2026, 3, 14, 15, 9, 26, tzinfo=UTC)

@@ -15,27 +15,27 @@ from typing import Any
 
 import pytest
 
-from outbox_mailer.config import API_DEFAULT_BASE_URLS, TRANSPORT_KINDS, ApiTransportSettings
 from outbox_mailer.delivery import (
     AttachmentFields,
     Delivery,
     MessageFields,
     OutcomeKind,
 )
-from outbox_mailer.transports.api.batches import BatchItem
-from outbox_mailer.transports.api.http import provider_for
-from outbox_mailer.transports.api.postmark import PostmarkApi
-from outbox_mailer.transports.api.provider import (
+from outbox_mailer.providers.batches import BatchItem
+from outbox_mailer.providers.postmark import PostmarkApi
+from outbox_mailer.providers.provider import (
     ApiResponse,
     seconds_until_utc_midnight,
     split_address,
     string_values,
 )
-from outbox_mailer.transports.api.resend import ResendApi, tags
-from outbox_mailer.transports.api.sendgrid import SendGridApi
-from outbox_mailer.transports.api.webhook import WebhookApi, signature, verify
-from outbox_mailer.transports.registry import API_PROVIDERS, PROVIDERS
-from outbox_mailer.transports.seam import parse_retry_after, resend_safe_until
+from outbox_mailer.providers.registry import API_PROVIDERS, PROVIDERS
+from outbox_mailer.providers.resend import ResendApi, tags
+from outbox_mailer.providers.seam import parse_retry_after, resend_safe_until
+from outbox_mailer.providers.sendgrid import SendGridApi
+from outbox_mailer.providers.webhook import WebhookApi, signature, verify
+from outbox_mailer.settings.config import API_DEFAULT_BASE_URLS, TRANSPORT_KINDS, ApiTransportSettings
+from outbox_mailer.transports.api.http import provider_for
 from tests.message_ids import claimed_message_id
 
 NOW = datetime(2026, 3, 14, 15, 9, 26, tzinfo=UTC)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from outbox_mailer.queries import QUERIES, parse_queries
 from outbox_mailer.store import ClaimSession, Store
+from outbox_mailer.store.queries import QUERIES, parse_queries
 
 STORE_METHODS = {"claim_due", "release_locks", "record_outcomes", "next_due_at", "find_dead_claims", "enqueue",
                  "retry", "cancel", "stats", "count_unfinished"}
@@ -44,7 +44,7 @@ def test_an_unknown_include_is_refused() -> None:
 
 
 def test_both_claim_queries_return_the_columns_rows_py_decodes() -> None:
-    from outbox_mailer.queries import sql
+    from outbox_mailer.store.queries import sql
 
     for name in ("claim_due", "find_dead_claims"):
         assert "AS metadata" in sql(name) and "AS content_bytes, d.retry_recipients" in sql(name)

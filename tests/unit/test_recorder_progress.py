@@ -7,7 +7,7 @@ import logging
 import anyio
 import pytest
 
-from outbox_mailer.recorder import PROGRESS_SECONDS, Recorder
+from outbox_mailer.daemon.recorder import PROGRESS_SECONDS, Recorder
 
 pytestmark = pytest.mark.anyio
 

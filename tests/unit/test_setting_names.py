@@ -1,5 +1,5 @@
 """A variable, .env entry or credential file that names no setting is refused, with the closest
-known name (setting_names.py); every name the docs and examples use is known."""
+known name (settings/names.py); every name the docs and examples use is known."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from outbox_mailer.config import load_settings
 from outbox_mailer.errors import ConfigurationError
+from outbox_mailer.settings.config import load_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 URL = "postgresql://u@127.0.0.1:1/db"
@@ -88,12 +88,12 @@ def test_a_misspelt_entry_in_dot_env_is_refused(tmp_path: Path) -> None:
 
 
 def test_every_name_the_docs_and_examples_use_is_known(monkeypatch: pytest.MonkeyPatch) -> None:
-    from outbox_mailer.config import (
+    from outbox_mailer.settings.config import (
         ApiTransportSettings,
         Settings,
         SmtpTransportSettings,
     )
-    from outbox_mailer.setting_names import SettingNames
+    from outbox_mailer.settings.names import SettingNames
 
     names = SettingNames(Settings, [SmtpTransportSettings, ApiTransportSettings])
     files = [ROOT / "README.md", *ROOT.glob("docs/*.md"), ROOT / "systemd" / "outbox-mailer.env.example",

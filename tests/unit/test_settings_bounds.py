@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from outbox_mailer.config import (
+from outbox_mailer.errors import ConfigurationError
+from outbox_mailer.settings.config import (
     ApiTransportSettings,
     PruneSettings,
     RetrySettings,
@@ -24,7 +25,6 @@ from outbox_mailer.config import (
     SmtpSettings,
     load_settings,
 )
-from outbox_mailer.errors import ConfigurationError
 
 
 @pytest.fixture(autouse=True)

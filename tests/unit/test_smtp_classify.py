@@ -13,16 +13,17 @@ import pytest
 from aiosmtplib.protocol import PERIOD_REGEX, normalize_message_line_endings
 
 from outbox_mailer.delivery import ComposedMessage, Outcome, OutcomeKind, RefusedRecipient
+from outbox_mailer.transports.smtp.envelope import envelope_problem
 from outbox_mailer.transports.smtp.replies import (
-    account_refusal,
     accepted,
+    account_refusal,
     all_refused,
     follow_up,
     queue_id,
     refusal,
     with_refused,
 )
-from outbox_mailer.transports.smtp.transport import _envelope_problem, classify_reply, probe_recipient
+from outbox_mailer.transports.smtp.transport import classify_reply, probe_recipient
 from outbox_mailer.transports.smtp.wire import Reply, Wire, WireError, frame_body
 
 
@@ -110,12 +111,12 @@ def _message(sender: str = "app@example.com", *recipients: str) -> ComposedMessa
     ],
 )
 def test_envelope_problems_are_caught_before_any_io(message: ComposedMessage) -> None:
-    assert _envelope_problem(message) is not None
+    assert envelope_problem(message) is not None
 
 
 def test_plain_envelopes_pass() -> None:
-    assert _envelope_problem(_message("", "to@example.com")) is None  # null reverse-path
-    assert _envelope_problem(_message("app@example.com", "a@example.com", '"john doe"@example.com')) is None
+    assert envelope_problem(_message("", "to@example.com")) is None  # null reverse-path
+    assert envelope_problem(_message("app@example.com", "a@example.com", '"john doe"@example.com')) is None
 
 
 # -- pipelined replies and the message body (smtp/wire.py, fed by hand: no sockets) --

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from outbox_mailer.config import load_settings
 from outbox_mailer.delivery import Delivery, OutcomeKind
 from outbox_mailer.errors import ConfigurationError
-from outbox_mailer.staging import StagingGuard, allowed_patterns
+from outbox_mailer.message.staging import StagingGuard, allowed_patterns
+from outbox_mailer.settings.config import load_settings
 
 NOW = datetime(2026, 12, 2, tzinfo=UTC)
 

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import pytest
 
 from outbox_mailer.delivery import Cause, Delivery
-from outbox_mailer.suppression import normal_address, screen
+from outbox_mailer.delivery_events.suppression import normal_address, screen
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
 

@@ -17,12 +17,12 @@ from typing import Any
 import anyio
 import pytest
 
-from outbox_mailer.config import Settings
-from outbox_mailer.daemon import Daemon
+from outbox_mailer.daemon.service import Daemon
 from outbox_mailer.delivery import ComposedMessage, Delivery, Outcome
 from outbox_mailer.errors import SchemaMismatch
+from outbox_mailer.serving.systemd import SystemdNotifier
+from outbox_mailer.settings.config import Settings
 from outbox_mailer.store import Store
-from outbox_mailer.systemd import SystemdNotifier
 
 
 class NotifySocket:
@@ -262,7 +262,7 @@ async def test_ready_after_listen_then_watchdog_while_looping_then_stopping(
 @pytest.mark.anyio
 async def test_status_line_reports_live_figures(db_url: str, notify_socket: NotifySocket,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("outbox_mailer.liveness.STATUS_EVERY_SECONDS", 0.2)
+    monkeypatch.setattr("outbox_mailer.daemon.liveness.STATUS_EVERY_SECONDS", 0.2)
     daemon, _ = daemon_for(db_url, notify_socket, poll_interval_seconds=0.1)
     async with anyio.create_task_group() as tg:
         tg.start_soon(daemon.run)

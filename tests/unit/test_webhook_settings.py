@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from outbox_mailer.config import Settings
+from outbox_mailer.settings.config import Settings
 
 
 @pytest.mark.parametrize(("webhooks", "words"), [

@@ -1,17 +1,13 @@
-"""Provider HTTP APIs: one pure module per provider and the one HTTP edge.
+"""The provider HTTP APIs' one edge: :class:`~.http.HttpApiTransport`, the only importer of httpx for sends.
 
-* :mod:`.provider` – what a provider module is made of (:class:`Provider`,
-  :class:`ApiRequest`, :class:`ApiResponse`) and the pure helpers they share;
-* :mod:`.resend`, :mod:`.postmark`, :mod:`.sendgrid`, :mod:`.webhook` (``kind=http``,
-  an in-house API) – request building and answer reading, no I/O;
-* :mod:`.http` – :class:`~.http.HttpApiTransport`, the only importer of httpx.
-
-This package face stays pure (it does not import :mod:`.http`), so that the
-settings can read the provider table without importing the HTTP client.
+What a provider module is made of (:class:`Provider`, :class:`ApiRequest`, :class:`ApiResponse`)
+and the pure module of each provider (request building and answer reading, no I/O) live in
+:mod:`outbox_mailer.providers`; this package face re-exports the first and stays pure (it does not
+import :mod:`.http`).
 """
 
 from __future__ import annotations
 
-from .provider import ApiRequest, ApiResponse, Provider, ProviderOptions
+from ...providers.provider import ApiRequest, ApiResponse, Provider, ProviderOptions
 
 __all__ = ["ApiRequest", "ApiResponse", "Provider", "ProviderOptions"]

@@ -3,7 +3,7 @@
 One :class:`HttpApiTransport` per configured API transport, with one
 ``httpx.AsyncClient`` (at most ``max_parallel`` connections, kept alive). The
 provider module (:mod:`.resend`, :mod:`.postmark`, :mod:`.sendgrid`,
-:mod:`.webhook`, chosen by ``kind`` in :mod:`outbox_mailer.transports.registry`)
+:mod:`.webhook`, chosen by ``kind`` in :mod:`outbox_mailer.providers.registry`)
 builds the request and interprets the response; this module does the I/O and
 translates httpx's errors at the edge:
 
@@ -20,7 +20,7 @@ A batch request (:meth:`HttpApiTransport.send_batch`, providers with a batch end
 
 API keys and signing secrets never appear in an outcome, an error or a log line.
 This module leaves the ``httpx`` logger alone (httpx logs every request at INFO;
-the logging set-up, :func:`outbox_mailer.logs.configure_logging`, quiets it).
+the logging set-up, :func:`outbox_mailer.serving.logs.configure_logging`, quiets it).
 """
 
 from __future__ import annotations
@@ -34,14 +34,14 @@ import httpx
 from pydantic import SecretStr
 
 from ...clock import utc_now
-from ...config import ApiTransportSettings
 from ...delivery import BatchOutcome, ComposedMessage, Delivery, Outcome, SendSingly, idempotency_key
 from ...errors import TransportUnavailable
+from ...providers.batches import BatchItem, BatchProvider, batch_provider
+from ...providers.provider import ApiRequest, ApiResponse, Provider, ProviderOptions
+from ...providers.registry import API_PROVIDERS, in_house
+from ...providers.seam import AUTH_PAUSE_SECONDS, one_line, resend_safe_until
 from ...redaction import redacted_url
-from ..registry import API_PROVIDERS, in_house
-from ..seam import AUTH_PAUSE_SECONDS, one_line, resend_safe_until
-from .batches import BatchItem, BatchProvider, batch_provider
-from .provider import ApiRequest, ApiResponse, Provider, ProviderOptions
+from ...settings.config import ApiTransportSettings
 
 __all__ = ["HttpApiTransport", "provider_for"]
 

@@ -43,9 +43,9 @@ from aiosmtplib import (
     SMTPServerDisconnected,
 )
 
-from ...config import SmtpSettings
 from ...delivery import ComposedMessage, Outcome, OutcomeKind, RefusedRecipient
-from ..seam import one_line
+from ...providers.seam import one_line
+from ...settings.config import SmtpSettings
 from . import replies
 from .wire import Reply, Wire, WireError, frame_body
 

@@ -1,5 +1,5 @@
 """The envelope of an SMTP transaction: what may go on its command lines, the check's probe
-recipient, and the position a bounce tag gives a recipient (:mod:`outbox_mailer.bounce_tags`)."""
+recipient, and the position a bounce tag gives a recipient (:mod:`outbox_mailer.delivery_events.bounce_tags`)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import re
 
 from aiosmtplib.email import parse_address
 
-from ...addresses import parse_address as parse_row_address
 from ...delivery import ComposedMessage, Delivery
 from ...errors import CompositionError
+from ...message.addresses import parse_address as parse_row_address
 
-__all__ = ["PROBE_LOCAL_PART", "listed_index", "probe_recipient"]
+__all__ = ["PROBE_LOCAL_PART", "address_problem", "envelope_problem", "listed_index", "probe_recipient"]
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 PROBE_LOCAL_PART = "outbox-mailer-check"
@@ -24,20 +24,20 @@ def probe_recipient(sender: str) -> str:
     return f"{PROBE_LOCAL_PART}@{domain}"
 
 
-def _envelope_problem(message: ComposedMessage) -> str | None:
+def envelope_problem(message: ComposedMessage) -> str | None:
     """Why the envelope cannot go on an SMTP command line, or None."""
     if not message.recipients:
         return "envelope has no recipients"
     roles = [("sender", message.sender)] + [("recipient", r) for r in message.recipients]
     for role, address in roles:
-        problem = _address_problem(role, address)
+        problem = address_problem(role, address)
         if problem:
             return f"envelope {role} {address!r} {problem}"
     return None
 
 
 @functools.lru_cache(maxsize=4096)  # pure; the sender is nearly always the same (parseaddr is slow)
-def _address_problem(role: str, address: str) -> str | None:
+def address_problem(role: str, address: str) -> str | None:
     if _CONTROL.search(address):
         return "contains control characters"
     if role == "recipient" and "@" not in address:

@@ -35,7 +35,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 from ...delivery import Cause, Outcome, OutcomeKind, RefusedRecipient
-from ..seam import AUTH_PAUSE_SECONDS, one_line
+from ...providers.seam import AUTH_PAUSE_SECONDS, one_line
 
 __all__ = [
     "TOO_MANY_RECIPIENTS",

@@ -30,14 +30,14 @@ happened, which is what decides the outcome:
 
 After a refusal (other than 421) RSET keeps the connection usable.
 
-With bounce tags on (``bounces``, :mod:`outbox_mailer.bounce_tags`) the envelope sender is the
+With bounce tags on (``bounces``, :mod:`outbox_mailer.delivery_events.bounce_tags`) the envelope sender is the
 tagged bounce address: of the whole message (index 0), or, with ``per_recipient``, of each
 recipient, in one transaction per recipient on the same connection (each its own MAIL FROM; the
 send timeout bounds them all). Their outcomes make one (:func:`.replies.each_recipient`): sent when
 anyone got it, the others refused with their own transaction's reason, so a retry (the row's
 ``retry_recipients``) goes to them alone.
 
-With DKIM on (``signer``, :mod:`outbox_mailer.dkim_signing`) :meth:`send` signs the message once,
+With DKIM on (``signer``, :mod:`outbox_mailer.message.dkim_signing`) :meth:`send` signs the message once,
 before anything goes out; a message that cannot be signed, or is over the size limit once signed,
 is unsendable (nothing was sent).
 
@@ -66,15 +66,15 @@ from dataclasses import dataclass, replace
 import anyio
 from aiosmtplib import SMTP, SMTPHeloError, SMTPResponseException
 
-from ...bounce_tags import BounceAddress, day_of
 from ...clock import utc_now
-from ...config import SmtpSettings
 from ...delivery import Cause, ComposedMessage, Delivery, Outcome, idempotency_key
-from ...dkim_signing import DkimSigner
+from ...delivery_events.bounce_tags import BounceAddress, day_of
 from ...errors import CompositionError, TransportUnavailable
-from ..seam import one_line
+from ...message.dkim_signing import DkimSigner
+from ...providers.seam import one_line
+from ...settings.config import SmtpSettings
 from .attempt import LIBRARY_ERRORS, Attempt, Connection, SetupError, describe
-from .envelope import _address_problem, _envelope_problem, listed_index, probe_recipient
+from .envelope import address_problem, envelope_problem, listed_index, probe_recipient
 from .replies import account_refusal, classify_reply, each_recipient
 from .wire import Wire, WireError
 
@@ -225,7 +225,7 @@ class SmtpTransport:
     # -- Transport ----------------------------------------------------------
 
     async def send(self, message: ComposedMessage, delivery: Delivery) -> Outcome:
-        problem = _envelope_problem(message)
+        problem = envelope_problem(message)
         if problem is not None:
             return Outcome.permanent(problem)
         if self._closed:
@@ -313,7 +313,7 @@ class SmtpTransport:
     async def _probe(self, conn: Connection) -> str:
         """MAIL and RCPT without a message, then RSET; raise TransportUnavailable if the account is refused."""
         sender = self._probe_sender or f"postmaster@{await self._helo_name()}"
-        problem = _address_problem("sender", sender)
+        problem = address_problem("sender", sender)
         if problem is not None:
             raise TransportUnavailable(f"probe sender {sender!r} {problem}", transport=self.name)
         recipient = probe_recipient(sender)

@@ -1,0 +1,133 @@
+"""Failover: which transport carries a row now, and when a row moves on to a fallback.
+
+``OUTBOX_MAILER_SMTP__FALLBACK`` and ``OUTBOX_MAILER_TRANSPORTS__<NAME>__FALLBACK`` name the
+transport that takes over (chains allowed; the settings refuse unknown names and loops). A row
+moves on only when its transport **provably did not take the message**:
+
+* the attempt found no server that could judge it (connection refused, DNS, TLS, AUTH: the cause
+  ``unreachable``), or the far side refused our account (``paused``: credentials, relaying, a
+  quota);
+* a throttling answer (a 429) asked to wait longer than the transport's ``FAILOVER_AFTER_SECONDS``.
+
+Such an attempt is recorded (a 429 is charged as an attempt, the others are not), and when the
+claim would now route the row elsewhere it is due again at once, as is a row its lane held back
+because its transport paused meanwhile. The claim routes (:meth:`Routes.route`): while a
+transport is paused by its circuit breaker, or held off by a 429 for longer than
+``FAILOVER_AFTER_SECONDS``, its rows go to the first open transport of its chain, through that
+transport's own lane, rate limit and send timeout; once it reopens, rows use it again. While every
+transport of a chain is paused its rows are not claimed.
+
+Never after an ambiguous outcome: the body may have gone out, and the in-doubt policy decides. A
+row with an attempt that ended so stays pinned to the transport of the latest such attempt (the
+claim returns it as ``pinned_transport``), so that a resend reaches the provider that knows its
+idempotency key. A claim sent anywhere but its pinned or own transport (:func:`presumed_carrier`)
+records that transport first (:func:`record_carrier`; the row is held back when that fails), so
+that a rescuer of a daemon that died during the send records the unknown outcome there. Never
+after a refusal of the message or the recipient (a bad address stays bad). The fallback sends the
+same message: the same Message-ID, the same dedupe key as its idempotency key. Each attempt is
+recorded with the transport that carried it; the row's ``transport`` column keeps what the
+application asked for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from ..delivery import Cause, Delivery, Outcome
+from ..errors import DatabaseError
+
+if TYPE_CHECKING:
+    from ..settings.config import Settings
+    from .gate import TransportGate
+
+__all__ = ["CarrierLedger", "Routes", "presumed_carrier", "record_carrier"]
+
+_NOT_TAKEN = frozenset({Cause.UNREACHABLE, Cause.PAUSED})
+
+
+@dataclass(frozen=True)
+class Routes:
+    fallbacks: Mapping[str, str]  # transport -> its fallback
+    waits: Mapping[str, float]  # transport -> FAILOVER_AFTER_SECONDS
+    gates: Mapping[str, TransportGate]
+
+    @classmethod
+    def of(cls, settings: Settings, gates: Mapping[str, TransportGate]) -> Routes:
+        transports = settings.all_transports()
+        return cls({n: t.fallback for n, t in transports.items() if t.fallback is not None},
+                   {n: t.failover_after_seconds for n, t in transports.items()}, gates)
+
+    def route(self, name: str, now: float) -> str:
+        """``name``, or while it is closed the first transport of its fallback chain that is open
+        (``name`` itself when every one is closed, or it has no gate: an unknown transport)."""
+        current = name
+        while not self._open(current, now):
+            following = self.fallbacks.get(current)
+            if following is None:
+                return name
+            current = following
+        return current
+
+    def carrier(self, own: str, pinned: str | None, now: float) -> str:
+        """The transport for a row whose own is ``own``: ``pinned`` when set (the transport of its
+        latest attempt whose outcome is unknown; one no longer configured is ignored), else :meth:`route`."""
+        return pinned if pinned is not None and pinned in self.gates else self.route(own, now)
+
+    def moves_on(self, own: str, pinned: str | None, name: str, outcome: Outcome, now: float) -> bool:
+        """After ``outcome`` on ``name``: due again at once, because the attempt proves the message
+        was not taken (or it never started: held back) and the claim now routes the row elsewhere."""
+        if pinned is not None or self.route(own, now) == name:
+            return False
+        return outcome.cause is Cause.HELD_BACK or self.fails_over(name, outcome, now)
+
+    def paused_everywhere(self, name: str, now: float) -> bool:
+        """Nothing could carry a row of ``name`` now: do not claim it (a transport only held off by a
+        429, with no open fallback, still takes its rows: they wait for it at its gate)."""
+        gate = self.gates.get(self.route(name, now))
+        return gate is not None and gate.is_paused(now)
+
+    def fails_over(self, name: str, outcome: Outcome, now: float) -> bool:
+        """``outcome`` on ``name`` (already observed by its gate) proves the message was not taken,
+        and a transport of its fallback chain is open to take it."""
+        fallback = self.fallbacks.get(name)
+        if fallback is None or not self._not_taken(name, outcome):
+            return False
+        return self._open(self.route(fallback, now), now)
+
+    def _open(self, name: str, now: float) -> bool:
+        gate = self.gates.get(name)
+        if gate is None:
+            return True
+        return not gate.is_paused(now) and gate.held_off_seconds(now) <= self.waits.get(name, 0.0)
+
+    def _not_taken(self, name: str, outcome: Outcome) -> bool:
+        if outcome.cause in _NOT_TAKEN:
+            return True
+        wait = outcome.retry_after_seconds
+        return outcome.cause is Cause.TRANSIENT and outcome.reply_code == 429 and wait is not None \
+            and wait > self.waits[name]
+
+
+class CarrierLedger(Protocol):
+    """Where a claim's carrier is recorded before its send (the claim session, through DaemonSessions)."""
+
+    async def record_carrier(self, delivery: Delivery, transport: str) -> bool:
+        """Record that this claim goes through ``transport``; False when the claim was lost. Raises DatabaseError."""
+
+
+def presumed_carrier(own: str, pinned: str | None) -> str:
+    """Where a claim went when no carrier was recorded for it: the transport its row is pinned to, else its own."""
+    return pinned or own
+
+
+async def record_carrier(ledger: CarrierLedger | None, delivery: Delivery, name: str) -> Outcome | None:
+    """Before a send through ``name``, not the :func:`presumed_carrier` (a fallback; the route of a row
+    pinned to a transport no longer configured): record it for a rescuer. Returns why the row is held
+    back when that failed (a row is never sent unrecorded), else None."""
+    try:
+        recorded = ledger is not None and await ledger.record_carrier(delivery, name)
+    except DatabaseError as exc:
+        return Outcome.held_back(f"could not record the fallback {name} before the send: {exc}")
+    return None if recorded else Outcome.held_back(f"the claim was lost before the send through {name}")

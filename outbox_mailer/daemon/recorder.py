@@ -1,0 +1,198 @@
+"""Writing outcomes: batched, fenced, retried while the database is away.
+
+The executor :meth:`submits <Recorder.submit>` an :class:`OutcomeWrite`; the
+recorder takes whatever is ready (up to ``RECORD_BATCH``), writes it in one
+statement fenced on each row's claim (the claim session then releases the
+rows' advisory locks by its own rule: see ``ClaimSession``), tells
+:class:`~outbox_mailer.daemon.inflight.InFlight` the rows are done, and logs.
+Logging: one line per retry, failure, in-doubt row and lost claim
+(INFO/WARNING); a sent row gets its own line at DEBUG only, and at INFO a
+progress line sums up what was recorded, at most every ``PROGRESS_SECONDS``
+(the attempts table and ``outbox-mailer status`` are the per-email record; a
+line per sent email cost ~9% of the daemon's CPU at thousands per second).
+Outcomes wait in memory while PostgreSQL is unreachable; there are never more
+of them than sends in flight.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Sequence
+
+import anyio
+
+from ..delivery import Status
+from ..delivery_events.dsn import is_bad_mailbox
+from ..delivery_events.suppression import form_or_none
+from ..errors import DatabaseError, DatabaseUnavailable
+from ..store import OutcomeWrite
+from .inflight import InFlight
+from .sessions import RECONNECT_MAX_SECONDS, DaemonSessions
+
+log = logging.getLogger("outbox_mailer")
+
+RECORD_BATCH = 500
+GATHER_OUTCOMES = 8  # while sends are in flight, wait for this many outcomes per write ...
+GATHER_SECONDS = 0.010  # ... but never longer than this (it widens the crash window by as much)
+PROGRESS_SECONDS = 10.0
+COUNTED = {Status.SENT: "sent", Status.FAILED: "failed", Status.PENDING: "retried", Status.IN_DOUBT: "in_doubt"}
+
+
+class Recorder:
+    def __init__(self, db: DaemonSessions, stopping: anyio.Event, inflight: InFlight,
+                 observe: Callable[[OutcomeWrite, bool], None] | None = None, *,
+                 suppress_bad_mailboxes: bool = True) -> None:
+        self._db = db
+        self._suppress = suppress_bad_mailboxes  # OUTBOX_MAILER_SUPPRESSION__AUTOMATIC
+        self._stopping = stopping
+        self._inflight = inflight  # told after each batch from the stream (frees send slots)
+        self._observe = observe  # called for every write, with whether it applied (metrics)
+        self.counts = {"sent": 0, "failed": 0, "retried": 0, "in_doubt": 0, "claim_lost": 0}
+        self._reported = dict(self.counts)  # counts at the last progress line
+        self._reported_at = -math.inf
+        self.inbox, self._outbox = anyio.create_memory_object_stream[OutcomeWrite](math.inf)
+
+    def submit(self, write: OutcomeWrite) -> None:
+        """Queue one outcome (never waits: the stream is unbounded, at most one write per row held)."""
+        self.inbox.send_nowait(write)
+
+    async def run(self) -> None:
+        """Drain the stream until it is closed and empty; each write shielded from cancellation."""
+        async for first in self._outbox:
+            batch = await self._gather(first)
+            with anyio.CancelScope(shield=True):
+                await self.record(batch)
+            self._inflight.recorded(batch)
+            self._progress(anyio.current_time())
+
+    async def _gather(self, first: OutcomeWrite) -> list[OutcomeWrite]:
+        """What is ready, and while sends are in flight up to GATHER_OUTCOMES of them, waiting at most
+        GATHER_SECONDS: one write costs PostgreSQL about as much for one outcome as for ten."""
+        batch = [first]
+        deadline = anyio.current_time() + GATHER_SECONDS
+        while len(batch) < RECORD_BATCH:
+            try:
+                batch.append(self._outbox.receive_nowait())
+                continue
+            except anyio.EndOfStream:
+                break
+            except anyio.WouldBlock:
+                pass
+            wanted = min(GATHER_OUTCOMES, len(batch) + self._inflight.sending)
+            left = deadline - anyio.current_time()
+            if len(batch) >= wanted or left <= 0 or self._stopping.is_set():
+                break
+            with anyio.move_on_after(left):
+                try:
+                    batch.append(await self._outbox.receive())
+                except anyio.EndOfStream:
+                    break
+        return batch
+
+    def _progress(self, now: float) -> None:
+        """At most every PROGRESS_SECONDS: what was recorded since the last line."""
+        if now - self._reported_at < PROGRESS_SECONDS:
+            return
+        if self._reported_at == -math.inf:  # the first batch starts the first period
+            self._reported_at = now
+            return
+        since = {k: v - self._reported[k] for k, v in self.counts.items()}
+        if any(since.values()):
+            log.info("recorded %s in the last %.0fs", " ".join(f"{k}={v}" for k, v in since.items()),
+                     now - self._reported_at)
+        self._reported, self._reported_at = dict(self.counts), now
+
+    async def record(self, batch: Sequence[OutcomeWrite]) -> None:
+        """Write outcomes (their locks are then the claim session's to release). Retries while the database is away.
+
+        Gives up, leaving the rows in ``sending`` for a rescuer, only on an error
+        that is not a lost connection and repeats, or when stopping and the
+        database stays away.
+        """
+        delay, tries, updated = 0.1, 0, None
+        while updated is None:
+            tries += 1
+            try:
+                session = await self._db.claim_session()
+                updated = await session.record_outcomes(batch)
+            except DatabaseError as exc:
+                unavailable = isinstance(exc, DatabaseUnavailable)
+                await self._db.failed(exc)
+                if (not unavailable and tries >= 3) or (self._stopping.is_set() and tries >= 10):
+                    log.error("could not record %d outcomes (%s); their rows stay 'sending' for a rescuer",
+                              len(batch), exc)
+                    break
+                await anyio.sleep(delay)
+                delay = min(delay * 2, RECONNECT_MAX_SECONDS)
+        if updated is not None and tries > 1:
+            updated |= await self._committed_before(batch, updated)
+        if updated:
+            await self._bounced(batch, updated)
+            await self._adopt_events()
+        for write in batch:
+            self._log(write, updated is not None and write.delivery.id in updated)
+
+    async def _bounced(self, batch: Sequence[OutcomeWrite], updated: set[int]) -> None:
+        """Recipients refused for good at RCPT with a bad-mailbox code (5.1.1, 5.1.10...) count as hard
+        bounces, as a provider's event would: recorded, and suppressed. Best effort: the outcomes are
+        committed already, and a bounce lost here comes back on the next send to the address."""
+        refusals = [(w.delivery.id, w.attempt.attempt, r.address, address, w.attempt.finished_at,
+                     f"{r.reply_code} {r.message}")
+                    for w in batch if w.delivery.id in updated for r in w.attempt.refused
+                    if r.permanent and is_bad_mailbox(r.message.partition(" ")[0])
+                    and (address := form_or_none(r.address)) is not None]
+        if not refusals:
+            return
+        try:
+            await (await self._db.claim_session()).record_refusals(refusals, self._suppress)
+        except DatabaseError as exc:
+            log.warning("could not record %d bad-mailbox refusals as bounces: %s", len(refusals), exc)
+
+    async def _adopt_events(self) -> None:
+        """Events that came before these outcomes (a DSN or a fast webhook while the row was 'sending')
+        and matched no row then: matched now, their delivery_event set and their suppression applied.
+        Best effort, like :meth:`_bounced`: the outcomes are committed already."""
+        try:
+            session = await self._db.claim_session()
+            adopted = await session.adopt_events(self._suppress) if session.quoted else 0
+        except DatabaseError as exc:
+            log.warning("could not match the events that came before their outcomes: %s", exc)
+            return
+        if adopted:
+            log.info("matched %d events that came before their outcomes", adopted)
+
+    async def _committed_before(self, batch: Sequence[OutcomeWrite], updated: set[int]) -> set[int]:
+        """After a retried write: rows the fence refused because an earlier try had committed
+        (the reply was lost with the connection) are ours, not lost claims."""
+        missing = [w for w in batch if w.delivery.id not in updated]
+        if not missing:
+            return set()
+        try:
+            return await (await self._db.claim_session()).attempts_recorded(missing)
+        except DatabaseError:
+            return set()
+
+    def _log(self, write: OutcomeWrite, applied: bool) -> None:
+        if self._observe is not None:
+            self._observe(write, applied)
+        d, t, a = write.delivery, write.transition, write.attempt
+        if not applied:
+            self.counts["claim_lost"] += 1
+            log.warning("claim lost key=%s attempt=%d outcome=%s: the row changed under us; not applied",
+                        d.dedupe_key, a.attempt, a.outcome)
+            return
+        if t.given_back:  # not an attempt: neither counted nor logged as a retry
+            log.debug("given back key=%s untried: %s", d.dedupe_key, a.error)
+            return
+        counter = COUNTED.get(t.status)
+        if counter:
+            self.counts[counter] += 1
+        if t.status is Status.SENT and not log.isEnabledFor(logging.DEBUG):
+            return
+        extra = f" retry_at={t.scheduled_at.isoformat()}" if t.status is Status.PENDING and t.scheduled_at else ""
+        level = {Status.SENT: logging.DEBUG, Status.PENDING: logging.INFO}.get(t.status, logging.WARNING)
+        log.log(level, "%s key=%s attempt=%d transport=%s outcome=%s code=%s%s%s", t.status.value, d.dedupe_key,
+                a.attempt, a.transport, a.outcome, a.reply_code or "-", extra,
+                f" error={a.error!r}" if a.error and t.status is not Status.SENT else "")
+

@@ -1,0 +1,1 @@
+"""Development tools: the demo, the SMTP sink and the throwaway PostgreSQL cluster."""

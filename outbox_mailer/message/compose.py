@@ -1,0 +1,370 @@
+"""Turn a claimed row into the exact bytes to send (pure: no I/O, no clock).
+
+:func:`compose` validates every field of a :class:`~outbox_mailer.delivery.Delivery`
+and returns a :class:`~outbox_mailer.delivery.ComposedMessage`: the envelope (ASCII, or
+UTF-8 for an internationalised address),
+the ``Message-ID`` its first claim wrote (:mod:`outbox_mailer.message.message_ids`) and an RFC 5322 message with CRLF line endings.
+Anything that cannot become a safe message raises
+:class:`~outbox_mailer.errors.CompositionError` naming the field
+(``to_addresses[1]``, ``headers.X-Foo``, ``attachments[0].content_base64`` ...).
+
+How it is built:
+
+* The MIME body (text/plain, text/html, multipart/alternative, multipart/mixed
+  with attachments) is assembled directly by :mod:`outbox_mailer.message.mime`
+  (``EmailMessage`` costs about 1 ms a message): 7bit, quoted-printable or
+  base64, so the body is pure ASCII and needs no 8BITMIME.  An HTML-only row
+  gets a text alternative (:mod:`outbox_mailer.message.text_alternative`) unless
+  ``text_alternative=False``.  Multipart
+  boundaries are derived from the Message-ID and checked against every part,
+  so the same row always gives the same bytes.
+* The top-level headers (Date, From, To, Cc, Reply-To, Subject, Message-ID and
+  the row's own headers) are rendered here: values are checked for control
+  characters first, then written as plain ASCII folded at spaces, or as
+  RFC 2047 encoded words when they are non-ASCII or contain ``=?``.  The one
+  exception is an address with a non-ASCII local part (RFC 6532): its
+  addr-spec is written as UTF-8, and the transport must offer SMTPUTF8.  The
+  standard library's folder is not used for them because Python 3.11 before
+  3.11.10 decodes encoded words found in the input and writes the decoded
+  CR/LF back out (CVE-2024-6923), and it turns long URLs into encoded words.
+  A row's own ASCII header value is never encoded: a word (a URL, a token)
+  must fit on one ``Name: word`` line of 998 octets or the row is refused, and
+  the RFC 2369 ``List-*`` URL lists fold only between their ``<url>`` items.
+* :func:`check_composed` parses a result back and refuses it if its header
+  names or MIME tree differ from what was intended.  It is a debugging and
+  test aid (``compose(..., verify=True)``), not on the hot path: the property
+  test ``tests/unit/test_compose_oracle.py`` shows, against messages built
+  with ``EmailMessage``, that every valid row parses back to the same headers,
+  addresses, bodies and attachments and that no input can add a header.
+* Bcc recipients go into the envelope only, never into a header.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import email.policy
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from email.message import MIMEPart
+from email.parser import BytesParser, Parser
+from operator import attrgetter
+
+from ..delivery import (
+    AttachmentFields,
+    ComposedMessage,
+    Delivery,
+    MessageFields,
+)
+from ..errors import CompositionError
+from . import mime
+from .addresses import (
+    ParsedAddress,
+    checked_text,
+    find_control_character,
+    parse_address,
+    parse_address_list,
+)
+from .header_fields import (
+    address_header,
+    checked_custom_headers,
+    unstructured,
+)
+from .message_ids import is_message_id
+from .text_alternative import MAX_HTML_BYTES, text_from_html
+
+__all__ = ["check_composed", "compose"]
+
+_RESTRICTED_NAME = r"[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}"  # RFC 6838
+_CONTENT_TYPE = re.compile(f"({_RESTRICTED_NAME})/({_RESTRICTED_NAME})")
+_REFUSED_ATTACHMENT_TYPES = frozenset({"multipart", "message"})
+_ATTACHMENT_KEYS = frozenset({"filename", "content_type", "content_base64"})
+_MAX_FILENAME_CHARS = 255
+_DISPLAY = attrgetter("display")
+
+
+@dataclass(frozen=True, slots=True)
+class _Attachment:
+    filename: str
+    maintype: str
+    subtype: str
+    data: bytes
+
+
+def compose(
+    delivery: Delivery,
+    *,
+    default_from: str | None,
+    max_message_bytes: int,
+    now: datetime,
+    text_alternative: bool = True,
+    verify: bool = False,
+) -> ComposedMessage:
+    """Validate ``delivery`` and render it; raise CompositionError if it cannot be sent.
+
+    ``text_alternative``: an HTML-only row also gets a text/plain rendering of its HTML.
+    ``verify=True`` also parses the result back (:func:`check_composed`): for debugging.
+    """
+    sender = _sender(delivery.from_address, default_from)
+    to = parse_address_list(delivery.to_addresses, "to_addresses")
+    if not to:
+        raise CompositionError("to_addresses", "at least one recipient is required")
+    cc = parse_address_list(delivery.cc_addresses, "cc_addresses")
+    bcc = parse_address_list(delivery.bcc_addresses, "bcc_addresses")
+    reply_to = None if delivery.reply_to is None else parse_address(delivery.reply_to, "reply_to")
+    subject = checked_text(delivery.subject, "subject")
+    custom = checked_custom_headers(delivery.headers)
+    text_body, html_body = delivery.text_body, delivery.html_body
+    text_data, html_data = _checked_bodies(text_body, html_body)
+    generated = text_body is None and text_alternative and len(html_data or b"") <= MAX_HTML_BYTES
+    if generated:
+        text_body = text_from_html(html_body)  # type: ignore[arg-type]  # a str: checked just above
+        text_data = None if text_body is None else text_body.encode("utf-8")
+    attachments = _checked_attachments(delivery.attachments, max_message_bytes)
+
+    # From here on every part is checked: rendering calls no validation.
+    message_id = delivery.message_id
+    if not is_message_id(message_id):
+        raise CompositionError("message_id", f"not a Message-ID the claim wrote: {message_id!r}")
+    headers = [
+        unstructured("Date", mime.format_date(now)),
+        address_header("From", (sender,)),
+        address_header("To", to),
+    ]
+    if cc:
+        headers.append(address_header("Cc", cc))
+    if reply_to is not None:
+        headers.append(address_header("Reply-To", (reply_to,)))
+    headers.append(unstructured("Subject", subject))
+    headers.append(unstructured("Message-ID", message_id))
+    headers.extend(unstructured(name, value) for name, value in custom)
+    headers.append("MIME-Version: 1.0\r\n")
+
+    parts = [(a.data, f"{a.maintype}/{a.subtype}", a.filename) for a in attachments]
+    head = "".join(headers).encode("utf-8")  # ASCII unless an address is internationalised
+    data = head + mime.body(text_data, html_data, parts, seed=message_id[1:33])
+    if len(data) > max_message_bytes and generated and text_data is not None:
+        # the text alternative is a courtesy: never the reason a row fails
+        text_body = text_data = None
+        data = head + mime.body(None, html_data, parts, seed=message_id[1:33])
+    if len(data) > max_message_bytes:
+        raise CompositionError(
+            "message",
+            f"composed message is {len(data)} bytes, over the limit of {max_message_bytes}",
+        )
+    fields = MessageFields(
+        sender.display,
+        tuple(map(_DISPLAY, to)),
+        tuple(map(_DISPLAY, cc)),
+        tuple(map(_DISPLAY, bcc)),
+        None if reply_to is None else reply_to.display,
+        subject,
+        text_body,
+        html_body,
+        tuple(custom),
+        tuple(AttachmentFields(a.filename, f"{a.maintype}/{a.subtype}", a.data) for a in attachments),
+    )
+    composed = ComposedMessage(
+        sender.addr_spec,
+        _envelope_recipients(to, cc, bcc, delivery.retry_recipients),
+        message_id,
+        data,
+        fields,
+    )
+    if verify:
+        check_composed(composed)
+    return composed
+
+
+# -- checking the row --------------------------------------------------------
+
+
+def _sender(from_address: str | None, default_from: str | None) -> ParsedAddress:
+    if from_address is not None:
+        return parse_address(from_address, "from_address")
+    if default_from is not None:
+        return parse_address(default_from, "from_address")
+    raise CompositionError("from_address", "no from_address and no default sender configured")
+
+
+def _checked_bodies(text: object, html: object) -> tuple[bytes | None, bytes | None]:
+    """The bodies as UTF-8 (what the MIME parts are made of), or CompositionError."""
+    if text is None and html is None:
+        raise CompositionError("text_body", "one of text_body or html_body is required")
+    return _utf8(text, "text_body"), _utf8(html, "html_body")
+
+
+def _utf8(body: object, field: str) -> bytes | None:
+    if body is None:
+        return None
+    if not isinstance(body, str):
+        raise CompositionError(field, f"expected a string, got {type(body).__name__}")
+    try:
+        return body.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise CompositionError(field, f"not valid Unicode at position {exc.start}") from exc
+
+
+def _checked_attachments(attachments: object, max_message_bytes: int) -> list[_Attachment]:
+    if type(attachments) is list and not attachments:  # most rows
+        return []
+    if not isinstance(attachments, (list, tuple)):
+        raise CompositionError("attachments", f"expected a list, got {type(attachments).__name__}")
+    checked = []
+    encoded_at_least = 0
+    for index, item in enumerate(attachments):
+        attachment = _checked_attachment(item, f"attachments[{index}]")
+        encoded_at_least += 4 * -(-len(attachment.data) // 3)
+        if encoded_at_least > max_message_bytes:  # refuse before building anything big
+            raise CompositionError(
+                "message",
+                f"composed message is at least {encoded_at_least} bytes, "
+                f"over the limit of {max_message_bytes}",
+            )
+        checked.append(attachment)
+    return checked
+
+
+def _checked_attachment(item: object, field: str) -> _Attachment:
+    if not isinstance(item, dict):
+        raise CompositionError(field, f"expected an object, got {type(item).__name__}")
+    missing = sorted(_ATTACHMENT_KEYS.difference(item))
+    if missing:
+        raise CompositionError(field, f"missing key(s): {', '.join(missing)}")
+    extra = [key for key in item if key not in _ATTACHMENT_KEYS]
+    if extra:
+        raise CompositionError(field, f"unknown key(s): {', '.join(map(repr, extra))}")
+    for key in sorted(_ATTACHMENT_KEYS):
+        if not isinstance(item[key], str):
+            raise CompositionError(f"{field}.{key}", f"expected a string, got {type(item[key]).__name__}")
+    maintype, subtype = _checked_content_type(item["content_type"], f"{field}.content_type")
+    return _Attachment(
+        filename=_checked_filename(item["filename"], f"{field}.filename"),
+        maintype=maintype,
+        subtype=subtype,
+        data=_decoded_base64(item["content_base64"], f"{field}.content_base64"),
+    )
+
+
+def _checked_filename(filename: str, field: str) -> str:
+    if not filename or len(filename) > _MAX_FILENAME_CHARS:
+        raise CompositionError(field, f"must be 1-{_MAX_FILENAME_CHARS} characters")
+    bad = find_control_character(filename)
+    if bad is not None:
+        raise CompositionError(field, f"control character {bad!r} is not allowed")
+    if "=?" in filename:  # the stdlib would decode it as an RFC 2047 encoded word
+        raise CompositionError(field, "'=?' is not allowed in a filename")
+    return filename
+
+
+def _checked_content_type(content_type: str, field: str) -> tuple[str, str]:
+    match = _CONTENT_TYPE.fullmatch(content_type)
+    if match is None:
+        raise CompositionError(field, f"{content_type!r} is not a type/subtype media type")
+    maintype, subtype = match.group(1).lower(), match.group(2).lower()
+    if maintype in _REFUSED_ATTACHMENT_TYPES:
+        raise CompositionError(field, f"{maintype}/* attachments are not supported")
+    return maintype, subtype
+
+
+def _decoded_base64(text: str, field: str) -> bytes:
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise CompositionError(
+            field, f"not strict base64 (no whitespace or line breaks allowed): {exc}"
+        ) from exc
+
+
+def _envelope_recipients(
+    to: tuple[ParsedAddress, ...], cc: tuple[ParsedAddress, ...], bcc: tuple[ParsedAddress, ...],
+    only: tuple[str, ...] | None = None,
+) -> tuple[str, ...]:
+    """Envelope recipients, deduplicated; ``only``: the ones an earlier attempt did not reach
+    (the headers still name everyone: it is the same message)."""
+    if only is None and len(to) == 1 and not cc and not bcc:  # most rows
+        return (to[0].addr_spec,)
+    seen: set[str] = set()
+    recipients = []
+    for address in (*to, *cc, *bcc):
+        key = address.addr_spec.lower()
+        if key not in seen:
+            seen.add(key)
+            recipients.append(address.addr_spec)
+    if only is None:
+        return tuple(recipients)
+    wanted = {a.lower() for a in only}
+    remaining = tuple(r for r in recipients if r.lower() in wanted)
+    if not remaining:
+        raise CompositionError("retry_recipients", "none of the recipients still owed is among the row's addresses")
+    return remaining
+
+
+# -- the safety net, for tests and debugging ---------------------------------
+
+
+def check_composed(message: ComposedMessage) -> None:
+    """Parse ``message.data`` back with the standard library; raise CompositionError
+    (field ``message``) unless a reader sees exactly the intended headers and MIME tree.
+
+    Not on the hot path: the property test in tests/unit/test_compose_oracle.py is the
+    proof that compose() renders every valid row correctly.  ``compose(..., verify=True)``
+    runs it on each message.
+    """
+    fields = message.fields
+    assert fields is not None, "check_composed needs the fields set by compose()"
+    data = message.data
+    head, _, rest = data.partition(b"\r\n\r\n")
+    parsed = (BytesParser(policy=email.policy.default).parsebytes(data) if head.isascii()
+              else Parser(policy=email.policy.default).parsestr(data.decode("utf-8")))
+    names = ["date", "from", "to"]
+    names += ["cc"] * bool(fields.cc) + ["reply-to"] * (fields.reply_to is not None)
+    names += ["subject", "message-id", *(name.lower() for name, _ in fields.headers), "mime-version"]
+    tree = _expected_tree(fields)
+    names += list(tree[1])
+    if (
+        not rest.isascii()
+        or (not head.isascii() and not _has_utf8_address(message))
+        or re.search(rb"\r(?!\n)|(?<!\r)\n", data)
+        or max(map(len, data.split(b"\r\n"))) > 998
+        or [name.lower() for name in parsed.keys()] != names
+        or _mime_tree(parsed, root=True) != tree
+    ):
+        raise CompositionError(
+            "message", "the rendered message does not parse back to the intended structure"
+        )
+
+
+def _has_utf8_address(message: ComposedMessage) -> bool:
+    """Whether a header may hold UTF-8: only an internationalised addr-spec may (RFC 6532)."""
+    reply_to = message.fields.reply_to if message.fields is not None else None
+    addr_specs = (message.sender, *message.recipients, *([reply_to.rpartition("<")[2]] if reply_to else []))
+    return not all(a.isascii() for a in addr_specs)
+
+
+_TreeNode = tuple[str, tuple[str, ...], tuple["_TreeNode", ...]]
+_LEAF_HEADERS = ("content-type", "content-transfer-encoding")
+
+
+def _expected_tree(fields: MessageFields) -> _TreeNode:
+    texts = [
+        (f"text/{subtype}", _LEAF_HEADERS, ())
+        for subtype, body in (("plain", fields.text), ("html", fields.html)) if body is not None
+    ]
+    body: _TreeNode = (
+        texts[0] if len(texts) == 1 else ("multipart/alternative", ("content-type",), tuple(texts))
+    )
+    if not fields.attachments:
+        return body
+    attached = tuple(
+        (a.content_type, (*_LEAF_HEADERS, "content-disposition"), ()) for a in fields.attachments
+    )
+    return ("multipart/mixed", ("content-type",), (body, *attached))
+
+
+def _mime_tree(part: MIMEPart, *, root: bool = False) -> _TreeNode:
+    names = tuple(name.lower() for name in part.keys())
+    if root:  # the others are checked as the top-level header names
+        names = tuple(name for name in names if name.startswith("content-"))
+    return (part.get_content_type(), names, tuple(map(_mime_tree, part.iter_parts())))

@@ -1,0 +1,1 @@
+"""Taking delivery events in: the webhook HTTP server and the intake shared with ingest-dsn."""

@@ -1,0 +1,205 @@
+"""``outbox-mailer webhooks``: the HTTP receiver of provider events (Starlette on uvicorn).
+
+It faces the internet, so it runs apart from the daemon (its own command and systemd unit) and
+trusts nothing before the provider's own signature over the raw body checks out. Routes:
+``POST /webhooks/{resend,postmark,sendgrid,ses,mailgun}`` (404 unless that provider's secret is
+set), ``GET /healthz``, ``GET /metrics``.
+
+Answers: 413 for a body over 5 MiB (read no further), 401 for a bad or missing signature or
+credentials, a stale timestamp or a Mailgun token reused with another body (always the same words:
+the reason is logged, never told to a caller who may be probing for the server's clock or the
+configured topics), 400 for an authentic
+body of the wrong shape, 503 when the database (or SNS's signing certificate) cannot be reached
+(the provider retries later, and nothing is lost), 200 otherwise, unknown event types and events of no known row included (so the
+provider stops retrying). A provider's retry of an event already written gets 200 and writes
+nothing (events are unique on provider and event id; Svix retries reuse ``svix-id``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+from prometheus_client import CollectorRegistry, Counter, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
+
+from ..clock import utc_now
+from ..delivery_events import mailgun, postmark, resend, sendgrid, ses
+from ..delivery_events.model import (
+    MAX_BODY_BYTES,
+    Received,
+    TooLarge,
+    Unauthenticated,
+    Unavailable,
+    WebhookRefused,
+)
+from ..errors import DatabaseError
+from ..settings.events import WebhookSettings
+from ..store import EventStore
+from .intake import take_in
+
+log = logging.getLogger("outbox_mailer")
+CERTIFICATE_CACHE = 32  # SNS signing certificates kept, by URL; as many failures to fetch one
+CERTIFICATE_RETRY_SECONDS = 30  # a URL whose certificate could not be fetched is not fetched again before this
+UNAUTHENTICATED = "not authenticated: the signature, credentials or timestamp were not accepted\n"
+FETCH_TIMEOUT_SECONDS = 10.0
+
+
+class Receiver:
+    """The app's state: settings, the store, the metrics, the SNS certificate cache.
+
+    The cache keeps failures too: a SigningCertURL that could not be fetched answers 503 without a new
+    fetch for CERTIFICATE_RETRY_SECONDS, so requests naming it cannot make the receiver fetch it again
+    and again (each waits up to FETCH_TIMEOUT_SECONDS).
+    """
+
+    def __init__(self, settings: WebhookSettings, store: EventStore, *, automatic_suppression: bool,
+                 http: httpx.AsyncClient, clock: Callable[[], datetime] = utc_now) -> None:
+        self.settings, self.store, self.http, self.clock = settings, store, http, clock
+        self.automatic = automatic_suppression
+        self.enabled = set(settings.enabled())
+        self._certificates: dict[str, bytes] = {}
+        self._failed_certificates: dict[str, tuple[datetime, str]] = {}  # URL -> (fetch again after, why)
+        self.registry = CollectorRegistry()
+        self.events = Counter("outbox_mailer_webhook_events", "Provider events recorded", ["provider", "kind"],
+                              registry=self.registry)
+        self.unmatched = Counter("outbox_mailer_webhook_unmatched_events", "Events that matched no row",
+                                 ["provider"], registry=self.registry)
+        self.refused = Counter("outbox_mailer_webhook_refused_requests",
+                               "Requests refused: bad signature (401), malformed (400), too large (413)",
+                               ["provider", "status"], registry=self.registry)
+        self.unavailable = Counter("outbox_mailer_webhook_unavailable_requests",
+                                   "Requests answered 503: the database or SNS's certificate could not be reached",
+                                   ["provider"],
+                                   registry=self.registry)
+
+    async def certificate(self, url: str) -> bytes:
+        if url not in self._certificates:
+            failed = self._failed_certificates.get(url)
+            if failed is not None and self.clock() < failed[0]:
+                raise Unavailable(failed[1])
+            try:
+                reply = await self.http.get(url, timeout=FETCH_TIMEOUT_SECONDS)
+                reply.raise_for_status()
+            except httpx.HTTPError as exc:  # not the sender's fault: SNS retries a 5xx
+                why = f"could not fetch the SNS signing certificate: {exc}"
+                _bounded_put(self._failed_certificates, url,
+                             (self.clock() + timedelta(seconds=CERTIFICATE_RETRY_SECONDS), why))
+                raise Unavailable(why) from None
+            self._failed_certificates.pop(url, None)
+            _bounded_put(self._certificates, url, reply.content)
+        return self._certificates[url]
+
+    async def verified(self, provider: str, headers: dict[str, str], body: bytes) -> Received:
+        """The provider's own scheme over the raw body, then its parser."""
+        cfg, now = self.settings, self.clock()
+        if provider == "resend":
+            resend.verify(headers, body, cfg.resend.secret.get_secret_value(), now)  # type: ignore[union-attr]
+            return resend.parse(body, headers["svix-id"])
+        if provider == "postmark":
+            postmark.verify(headers, body, cfg.postmark.username or "",
+                            cfg.postmark.password.get_secret_value())  # type: ignore[union-attr]
+            return postmark.parse(body)
+        if provider == "sendgrid":
+            sendgrid.verify(headers, body, cfg.sendgrid.public_key or "", now)
+            return sendgrid.parse(body)
+        if provider == "ses":
+            envelope = await ses.verify(body, cfg.ses.arns(), self.certificate)
+            return ses.parse(envelope)
+        mailgun.verify(body, cfg.mailgun.signing_key.get_secret_value(), now)  # type: ignore[union-attr]
+        return mailgun.parse(body)
+
+    async def confirm_subscription(self, url: str) -> None:
+        parts = urlsplit(url)
+        if parts.scheme != "https" or not ses.SNS_CERT_HOST.fullmatch(parts.hostname or ""):
+            raise Unauthenticated("SubscribeURL is not an https URL on an Amazon SNS host")
+        try:
+            reply = await self.http.get(url, timeout=FETCH_TIMEOUT_SECONDS)
+            reply.raise_for_status()
+        except httpx.HTTPError as exc:
+            raise WebhookRefused(f"could not confirm the SNS subscription: {exc}") from None
+        log.info("confirmed the SNS subscription at %s", url.split("?", 1)[0])
+
+
+def _bounded_put(cache: dict[str, Any], key: str, value: Any) -> None:
+    """``cache[key] = value``, the oldest entry dropped first when CERTIFICATE_CACHE are held."""
+    if key not in cache and len(cache) >= CERTIFICATE_CACHE:
+        cache.pop(next(iter(cache)))
+    cache[key] = value
+
+
+async def _body(request: Request) -> bytes:
+    length = request.headers.get("content-length")
+    if length is not None and length.isdigit() and int(length) > MAX_BODY_BYTES:
+        raise TooLarge(f"body of {length} bytes, over the limit of {MAX_BODY_BYTES}")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise TooLarge(f"body over the limit of {MAX_BODY_BYTES} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def _webhook(request: Request) -> Response:
+    receiver: Receiver = request.app.state.receiver
+    provider = request.path_params["provider"]
+    if provider not in receiver.enabled:
+        return PlainTextResponse("no such webhook here\n", status_code=404)
+    try:
+        body = await _body(request)
+        received = await receiver.verified(provider, {k.lower(): v for k, v in request.headers.items()}, body)
+        if received.replay_token is not None and not await receiver.store.remember_token(
+                provider, received.replay_token, body):
+            raise Unauthenticated("token already used with another body (a replay)")
+        if received.confirm_url is not None:
+            await receiver.confirm_subscription(received.confirm_url)
+        intake = await take_in(receiver.store, received.events, automatic=receiver.automatic,
+                               now=receiver.clock())
+    except Unavailable as exc:
+        return _retry_later(receiver, provider, exc.reason)
+    except WebhookRefused as exc:
+        receiver.refused.labels(provider, str(exc.status)).inc()
+        log.warning("webhook %s refused with %d: %s", provider, exc.status, exc.reason)
+        told = UNAUTHENTICATED if isinstance(exc, Unauthenticated) else exc.reason + "\n"
+        return PlainTextResponse(told, status_code=exc.status)
+    except DatabaseError as exc:
+        return _retry_later(receiver, provider, f"database unavailable: {exc}")
+    for event in received.events:
+        receiver.events.labels(provider, event.kind.value).inc()
+    if intake.unmatched:
+        receiver.unmatched.labels(provider).inc(intake.unmatched)
+    return JSONResponse({"recorded": intake.recorded, "duplicates": intake.duplicates,
+                         "unmatched": intake.unmatched})
+
+
+def _retry_later(receiver: Receiver, provider: str, reason: str) -> Response:
+    receiver.unavailable.labels(provider).inc()
+    log.warning("webhook %s answered 503, the provider will retry: %s", provider, reason)
+    return PlainTextResponse("unavailable, retry later\n", status_code=503, headers={"retry-after": "30"})
+
+
+async def _healthz(request: Request) -> Response:
+    return PlainTextResponse("ok\n")
+
+
+async def _metrics(request: Request) -> Response:
+    return Response(generate_latest(request.app.state.receiver.registry), media_type=CONTENT_TYPE_LATEST)
+
+
+def build_app(receiver: Receiver) -> Any:
+    app = Starlette(routes=[
+        Route("/webhooks/{provider}", _webhook, methods=["POST"]),
+        Route("/healthz", _healthz, methods=["GET"]),
+        Route("/metrics", _metrics, methods=["GET"]),
+    ])
+    app.state.receiver = receiver
+    return app
