@@ -26,7 +26,7 @@ TARGET = 150.0  # emails/s, batched
 
 
 def sink_stats(port: int) -> dict[str, int]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stats", timeout=10) as answer:  # noqa: S310 - loopback
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stats", timeout=10) as answer:
         return json.loads(answer.read())
 
 
@@ -42,7 +42,7 @@ def batch_refusal(log_text: str) -> str | None:
     return named[-1][:200] if named else None
 
 
-async def api_window(db, cfg, workdir: Path, smtp_port: int, batch: bool) -> dict[str, object]:  # noqa: ANN001
+async def api_window(db, cfg, workdir: Path, smtp_port: int, batch: bool) -> dict[str, object]:
     mode = "batch" if batch else "single"
     seconds = cfg.api_seconds
     backlog = int(1.25 * 100 * RATE_LIMIT * seconds) + 200  # more than a 100-email batch per request can drain
@@ -82,7 +82,7 @@ async def api_window(db, cfg, workdir: Path, smtp_port: int, batch: bool) -> dic
     return r
 
 
-async def measure_api(db, cfg, res, workdir: Path, smtp_port: int) -> None:  # noqa: ANN001
+async def measure_api(db, cfg, res, workdir: Path, smtp_port: int) -> None:
     log(f"API: 1 daemon, Resend transport to a loopback Resend-like API limited to {RATE_LIMIT} requests/s, "
         f"concurrency {cfg.api_concurrency or 'default'}, {cfg.api_seconds:g} s windows: BATCH=false, then BATCH=true")
     figures = {}

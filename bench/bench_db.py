@@ -22,7 +22,7 @@ class Db:
         self.conn = None
         self._backend_pid: int | None = None
 
-    async def part_failed(self, results, what: str, exc: Exception) -> None:  # noqa: ANN001
+    async def part_failed(self, results, what: str, exc: Exception) -> None:
         """One broken measurement becomes a note on the results, not the end of the run; a transaction
         it left open is rolled back so the next measurement starts clean."""
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

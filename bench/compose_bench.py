@@ -32,7 +32,7 @@ import statistics
 import sys
 import time
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from email.message import EmailMessage
 from email.utils import format_datetime, make_msgid
 from pathlib import Path
@@ -40,12 +40,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import common  # noqa: E402  (bench/, the script's own directory)
-
+import common
 from outbox_mailer.delivery import Delivery
 from outbox_mailer.message.compose import compose
 
-NOW = datetime(2026, 5, 1, 12, 30, tzinfo=timezone.utc)
+NOW = datetime(2026, 5, 1, 12, 30, tzinfo=UTC)
 MESSAGE_ID = "<0662a1b2c3d4e5f6a7b8c9d0e1f2a3b4@example.com>"  # as the claim writes it (message_ids.py)
 
 TEXT = (

@@ -16,8 +16,8 @@ import sys
 import time
 
 import anyio
-import common
 
+import common
 from outbox_mailer.daemon.service import Daemon
 from outbox_mailer.delivery import ComposedMessage, Delivery, Outcome
 from outbox_mailer.serving.logs import configure_logging

@@ -28,14 +28,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import dkim  # noqa: E402
-import receipts  # noqa: E402  (bench/, the script's own directory)
-from cryptography.hazmat.primitives import serialization  # noqa: E402
-from cryptography.hazmat.primitives.asymmetric import rsa  # noqa: E402
+import dkim
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
 
-from outbox_mailer.delivery import Delivery  # noqa: E402
-from outbox_mailer.message.compose import compose  # noqa: E402
-from outbox_mailer.message.dkim_signing import DkimSettings, DkimSigner  # noqa: E402
+import receipts
+from outbox_mailer.delivery import Delivery
+from outbox_mailer.message.compose import compose
+from outbox_mailer.message.dkim_signing import DkimSettings, DkimSigner
 
 NOW = datetime(2026, 5, 1, 12, 30, tzinfo=UTC)
 

@@ -84,9 +84,9 @@ def main() -> None:
             if args.filter in file and label not in seen:
                 inclusive[label] += n
                 seen.add(label)
-        top_label, top_file = name(frames[-1])
+        top_label, _top_file = name(frames[-1])
         own_any[top_label] += n
-        if "select (selectors.py)" in top_label or "_run_once" in top_label and "select" in frames[-1]:
+        if "select (selectors.py)" in top_label or ("_run_once" in top_label and "select" in frames[-1]):
             idle += n
         # self time attributed to the innermost frame of our own code
         for frame in reversed(frames):

@@ -74,7 +74,7 @@ class ScriptServer:
     def __init__(self, script: str, args: list[str], lifetime_seconds: float, log_path: Path) -> None:
         self.port = common.free_port()
         self.log_path = log_path
-        self._log = open(log_path, "wb")
+        self._log = open(log_path, "wb")  # noqa: SIM115  (the process writes to it until stop() closes it)
         self.proc = subprocess.Popen([PY, str(BENCH_DIR / script), str(self.port), *args, str(lifetime_seconds)],
                                      stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
                                      cwd=str(BENCH_DIR))
@@ -97,7 +97,7 @@ async def run_worker(args: list[str], *, timeout: float = 600, profile: str | No
     cmd = [PY, *args]
     if profile:
         cmd = [py_spy(), "record", "--idle", "-f", "raw", "-r", "100", "-o", profile, "--", *cmd]
-    err = open(stderr_path, "wb") if stderr_path else subprocess.DEVNULL
+    err = open(stderr_path, "wb") if stderr_path else subprocess.DEVNULL  # noqa: SIM115  (closed in finally)
     try:
         proc = await asyncio.create_subprocess_exec(*cmd, stdout=subprocess.PIPE, stderr=err, cwd=str(BENCH_DIR))
         try:
@@ -165,7 +165,7 @@ class DaemonProcess:
         cmd = [PY, "-m", "outbox_mailer", "--log-level", log_level, "run"]
         if profile:
             cmd = [py_spy(), "record", "--idle", "-f", "raw", "-r", "100", "-o", profile, "--", *cmd]
-        self._log = open(self.log_path, "wb")
+        self._log = open(self.log_path, "wb")  # noqa: SIM115  (the daemon writes to it until stop() closes it)
         self.proc = subprocess.Popen(cmd, env=env, cwd=str(workdir), stdin=subprocess.DEVNULL,
                                      stdout=subprocess.DEVNULL, stderr=self._log)
         self.pid = self.proc.pid
@@ -221,7 +221,7 @@ class DaemonProcess:
 class Daemons:
     """N `outbox-mailer run` processes sharing the table, for the duration of a with-block."""
 
-    def __init__(self, db, cfg, sink_port: int, processes: int, pool: int, key: str, workdir: Path,  # noqa: ANN001
+    def __init__(self, db, cfg, sink_port: int, processes: int, pool: int, key: str, workdir: Path,
                  profile: str | None = None) -> None:
         self.procs = [DaemonProcess(db.url, sink_port, pool, f"{key}-{i}", cfg.log_level, workdir,
                                     profile=profile if i == 0 else None) for i in range(processes)]

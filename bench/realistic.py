@@ -57,23 +57,23 @@ CASES = (
 )
 
 
-async def wal_between(db, a: str, b: str) -> float:  # noqa: ANN001
+async def wal_between(db, a: str, b: str) -> float:
     return float(await db.conn.fetchval("SELECT pg_wal_lsn_diff($1::text::pg_lsn, $2::text::pg_lsn)", b, a))
 
 
-async def insert_lsn(db) -> str:  # noqa: ANN001
+async def insert_lsn(db) -> str:
     # the insert position, not the write position: a large INSERT's last WAL may still sit in wal_buffers
     return await db.conn.fetchval("SELECT pg_current_wal_insert_lsn()::text")
 
 
-async def vacuum_cost(db, rows: int) -> dict[str, float]:  # noqa: ANN001
+async def vacuum_cost(db, rows: int) -> dict[str, float]:
     lsn, cpu = await insert_lsn(db), await db.server_cpu_seconds()
     await db.conn.execute("VACUUM (ANALYZE)")
     return {"vacuum_cpu_us": 1e6 * (await db.server_cpu_seconds() - cpu) / rows,
             "vacuum_wal": await wal_between(db, lsn, await insert_lsn(db)) / rows}
 
 
-async def waldump(db, prefix: str, start: str, end: str) -> None:  # noqa: ANN001
+async def waldump(db, prefix: str, start: str, end: str) -> None:
     into = os.environ.get("OUTBOX_BENCH_WALDUMP")
     if not into:
         return
@@ -104,7 +104,7 @@ async def waldump(db, prefix: str, start: str, end: str) -> None:  # noqa: ANN00
                                               + "\n".join(table) + "\n")
 
 
-async def window(db, daemon: DaemonProcess, case: Case, prefix: str, rows: int) -> dict[str, float]:  # noqa: ANN001
+async def window(db, daemon: DaemonProcess, case: Case, prefix: str, rows: int) -> dict[str, float]:
     cols = receipts.columns(prefix, 1, rows)  # rendered before the window
     keys = cols[0][-10:] + cols[0][:: max(1, rows // 20)]  # polled until final: the last rows and a sample
     await db.conn.execute("VACUUM (ANALYZE)")
@@ -140,7 +140,7 @@ async def window(db, daemon: DaemonProcess, case: Case, prefix: str, rows: int) 
     return r
 
 
-async def measure_case(db, cfg, case: Case, rows: int, workdir: Path) -> list[dict[str, float]]:  # noqa: ANN001
+async def measure_case(db, cfg, case: Case, rows: int, workdir: Path) -> list[dict[str, float]]:
     lifetime = 120 + cfg.reps * (60 + 3 * rows / case.ceiling)
     with ScriptServer("relay_sink.py", [f"{case.relay_ms:g}", str(workdir / f"relay-{case.key}.json")],
                       lifetime, workdir / f"relay-{case.key}.log") as relay, \
@@ -161,7 +161,7 @@ async def measure_case(db, cfg, case: Case, rows: int, workdir: Path) -> list[di
     return rounds
 
 
-async def measure_realistic(db, cfg, res, workdir: Path) -> None:  # noqa: ANN001
+async def measure_realistic(db, cfg, res, workdir: Path) -> None:
     figures: dict[str, dict[str, object]] = {}
     for case in CASES:
         rows = case.rows // 4 if cfg.quick else case.rows
@@ -186,7 +186,7 @@ def report_rows(figures: dict[str, object]) -> list[tuple[str, ...]]:
             continue
         inside = f["checkpoints"]
         label = (f"Realistic: 1 daemon process, {case.label}, receipts of ~1.8 KB; {f['rows']:,} emails per window, "
-                 f"a CHECKPOINT before each ({'none' if not inside else inside} inside the windows)")
+                 f"a CHECKPOINT before each ({inside if inside else 'none'} inside the windows)")
         ours = (f"PostgreSQL {f['pg_cpu_us']:.0f} µs and {f['wal'] / 1024:.2f} KB WAL per email; daemon "
                 f"{f['daemon_cpu_us']:.0f} µs; {f['rate']:,.0f}/s")
         ref = (f"the app's INSERT (one statement per window): PostgreSQL {f['insert_cpu_us']:.0f} µs, "

@@ -73,7 +73,7 @@ def receipt(n: int) -> dict[str, str]:
     first, last = rnd.choice(FIRST), rnd.choice(LAST)
     items = rnd.sample(PRODUCTS, rnd.randint(2, 6))
     qty = [rnd.randint(1, 3) for _ in items]
-    subtotal = sum(q * price for q, (_, price) in zip(qty, items))
+    subtotal = sum(q * price for q, (_, price) in zip(qty, items, strict=False))
     shipping = 0 if subtotal >= 5000 else 490
     total = subtotal + shipping
     zip_code, city = rnd.choice(CITIES)
@@ -84,9 +84,9 @@ def receipt(n: int) -> dict[str, str]:
         "carrier": rnd.choice(CARRIERS), "subtotal": _eur(subtotal), "shipping": _eur(shipping),
         "vat": _eur(total * 19 // 119), "total": _eur(total),
     }
-    lines = "\n".join(f"{q} x {name}  EUR {_eur(q * price)}" for q, (name, price) in zip(qty, items))
+    lines = "\n".join(f"{q} x {name}  EUR {_eur(q * price)}" for q, (name, price) in zip(qty, items, strict=False))
     rows = "".join(f'\n<tr><td>{q} x {name}</td><td style="text-align:right">EUR {_eur(q * price)}</td></tr>'
-                   for q, (name, price) in zip(qty, items))
+                   for q, (name, price) in zip(qty, items, strict=False))
     return {
         "to": f"{first} {last} <customer{n}@example.com>",
         "subject": f"Your order #{100000 + n} is confirmed",
@@ -110,7 +110,7 @@ def columns(prefix: str, first: int, n: int) -> list[list[str]]:
             *([r[c] for r in rows] for c in ("to", "subject", "text", "html", "metadata"))]
 
 
-async def insert(conn, cols: list[list[str]], transport: str | None = None) -> None:  # noqa: ANN001
+async def insert(conn, cols: list[list[str]], transport: str | None = None) -> None:
     """One statement: the way an application inserts a batch (its own INSERT, in its transaction)."""
     await conn.execute(INSERT_SQL, *cols, transport)
 

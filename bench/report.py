@@ -23,7 +23,7 @@ def mark(ok: bool | None) -> str:
     return "n/a" if ok is None else ("**met**" if ok else "**missed**")
 
 
-def core_rows(cfg, g) -> list[tuple[str, ...]]:  # noqa: ANN001
+def core_rows(cfg, g) -> list[tuple[str, ...]]:
     rows = []
     core, pgq = g("core_rate"), g("pgq_rate")
     if core is not None and pgq is not None:
@@ -55,7 +55,7 @@ def core_rows(cfg, g) -> list[tuple[str, ...]]:  # noqa: ANN001
     return rows
 
 
-def smtp_rows(cfg, g) -> list[tuple[str, ...]]:  # noqa: ANN001
+def smtp_rows(cfg, g) -> list[tuple[str, ...]]:
     rows = []
     one, two, raw, raw2, hand = g("smtp1_rate"), g("smtp2_rate"), g("raw_rate"), g("raw2_rate"), g("handwritten_rate")
     if one is not None:
@@ -80,7 +80,7 @@ def smtp_rows(cfg, g) -> list[tuple[str, ...]]:  # noqa: ANN001
     return rows
 
 
-def other_rows(cfg, g) -> list[tuple[str, ...]]:  # noqa: ANN001
+def other_rows(cfg, g) -> list[tuple[str, ...]]:
     rows = []
     if g("latency_p50") is not None:
         p50, p99 = g("latency_p50"), g("latency_p99")
@@ -99,7 +99,7 @@ def other_rows(cfg, g) -> list[tuple[str, ...]]:  # noqa: ANN001
     return rows
 
 
-def report(cfg, res, info: dict[str, str], command: str, elapsed: float) -> str:  # noqa: ANN001
+def report(cfg, res, info: dict[str, str], command: str, elapsed: float) -> str:
     f = res.figures
     g = f.get
     rows = (core_rows(cfg, g) + realistic.report_rows(f) + smtp_rows(cfg, g)

@@ -90,7 +90,10 @@ async def amain(args: argparse.Namespace) -> int:
     only = {s.strip() for s in args.only.split(",") if s.strip()}
     if only - set(PARTS):
         sys.exit(f"--only: unknown part(s) {', '.join(sorted(only - set(PARTS)))} (known: {', '.join(PARTS)})")
-    want = (lambda name: not only or name in only)
+
+    def want(name: str) -> bool:
+        return not only or name in only
+
     began = time.monotonic()
     ensure_python_deps()
     sink_binary = ensure_smtp_sink()

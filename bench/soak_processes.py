@@ -61,8 +61,8 @@ class Daemons:
     async def start(self) -> None:
         worker = f"soak-{len(self.lifetimes) + 1}"
         log = self.workdir / f"{worker}.log"
-        with open(log, "wb") as out:  # noqa: ASYNC230  (instant)
-            self.proc = subprocess.Popen(  # noqa: ASYNC220  (returns at once)
+        with open(log, "wb") as out:
+            self.proc = subprocess.Popen(
                 [*self.command, "run"], env={**self.env, "OUTBOX_MAILER_WORKER_NAME": worker},
                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, cwd=self.workdir,
                 start_new_session=True)

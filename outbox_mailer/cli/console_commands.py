@@ -112,7 +112,10 @@ def cmd_user_remove(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_user_list(args: argparse.Namespace, settings: Settings) -> int:
     async def go(store: ConsoleStore) -> int:
         for user in await store.users():
-            emit(user) if args.json else print(f"{user['name']}  {user['role']}  since {user['created_at'].isoformat()}")
+            if args.json:
+                emit(user)
+            else:
+                print(f"{user['name']}  {user['role']}  since {user['created_at'].isoformat()}")
         return EXIT_OK
 
     return run_with_store(settings, go, ConsoleStore)

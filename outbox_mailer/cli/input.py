@@ -54,7 +54,7 @@ def key_problem(value: str) -> str | None:
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
-        return f"dedupe key {ascii(value)} is not valid UTF-8"
+        return f"dedupe key {value!a} is not valid UTF-8"
     if len(value) > MAX_KEY_CHARS:
         return f"a dedupe key has at most {MAX_KEY_CHARS} characters (this one has {len(value)})"
     bad = find_control_character(value)

@@ -74,7 +74,8 @@ async def login(request: Request) -> Response:
     attempt = console.throttle.begin(user, origin.address)
     if attempt is None:
         log.warning("console: sign-in refused for %r from %s: too many failures", user, origin.address)
-        return _login_form(request, console, 429, "Too many failed sign-ins from your address. Try again in 15 minutes.")
+        return _login_form(request, console, 429,
+                           "Too many failed sign-ins from your address. Try again in 15 minutes.")
     if attempt.slow_steps:
         await anyio.sleep((SLOW_SECONDS if console.slow_seconds is None else console.slow_seconds) * attempt.slow_steps)
     stored = await console.store.password_hash(user)
@@ -141,7 +142,8 @@ async def email_action(request: Request, console: Console, session: Session) -> 
         rows = await store.status([key])
         detail = {"attempts": rows[0]["max_attempts"] or default_attempts} if rows else {}  # as `retry KEY` gives
     try:
-        await store.act_on(actor_of(session), action, key, outcome=outcome, default_attempts=default_attempts, detail=detail)
+        await store.act_on(actor_of(session), action, key, outcome=outcome, default_attempts=default_attempts,
+                           detail=detail)
     except NotFound:
         raise Refused(404, f"No email has the dedupe key {key!r}.") from None
     except InvalidTransition as exc:

@@ -95,7 +95,7 @@ class Census:
     async def _take_in_background(self) -> None:
         try:
             await self._take()
-        except Exception as exc:  # the database away for a moment: the next read tries again
+        except Exception as exc:  # noqa: BLE001  (the database away for a moment: the next read tries again
             log.warning("console: census failed: %s", exc)
         finally:
             self._running = None

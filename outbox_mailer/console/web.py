@@ -87,8 +87,8 @@ class Console:
     def origin(self, request: Request) -> Origin:
         return request_origin(request.client.host if request.client else None,
                               request.headers.get("x-forwarded-for"), request.headers.get("x-forwarded-proto"),
-                              request.url.scheme, proxies=self.forwarding, unix=self.settings.console.socket is not None,
-                              scheme=self.settings.console.scheme)
+                              request.url.scheme, proxies=self.forwarding,
+                              unix=self.settings.console.socket is not None, scheme=self.settings.console.scheme)
 
     # ---- who is asking
 
@@ -187,7 +187,7 @@ async def checked_form(request: Request, session: Session | None, *, operator: b
         raise Refused(403, "This request did not come from a page of this console.")
     try:
         form = await request.form(max_files=0, max_fields=MAX_FORM_FIELDS, max_part_size=64 * 1024)
-    except Exception:  # starlette's MultiPartException, a body cut short: not a form of ours
+    except Exception:  # noqa: BLE001  (starlette's MultiPartException, a body cut short: not a form of ours)
         raise Refused(400, "not a form this console sent") from None
     if any(isinstance(v, str) and "\x00" in v for v in form.values()):
         raise Refused(400, "a form field holds a NUL character")

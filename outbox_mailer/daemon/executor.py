@@ -53,7 +53,6 @@ from ..delivery import (
     Transport,
 )
 from ..errors import DatabaseError
-from ..message.message_ids import MessageIdKey
 from ..providers.seam import batch_idempotency_key, resend_safe_until
 from ..settings.config import Settings
 from ..store import AttemptRecord, OutcomeWrite, Recipients, RecordedBatch

@@ -162,7 +162,7 @@ class Rescuer:
                         len(members), batch.sends + 1)
             try:
                 replayed = await self._executor.replay_batch(batch, members)
-            except Exception as exc:  # the rows stay for the next rescue
+            except Exception as exc:  # noqa: BLE001  (the rows stay for the next rescue)
                 log.warning("resend of batch %d failed: %s", batch.id, exc)
                 replayed = None
             resent |= {d.id for d in members}

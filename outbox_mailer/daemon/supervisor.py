@@ -109,11 +109,11 @@ def _loop(children: list[Child], sock: socket.socket, notifier: SystemdNotifier,
         if not ready_sent and all(child.ready for child in children):
             ready_sent = notifier.ready(_status(children)) or True
         now = time.monotonic()
-        if interval is not None and ready_sent and not stopping and now - last_forward >= interval:
-            if all(now - child.last_ping < 2 * interval for child in children):
-                notifier.watchdog()  # every child is turning its loop
-                notifier.status(_status(children))
-                last_forward = now
+        if (interval is not None and ready_sent and not stopping and now - last_forward >= interval
+                and all(now - child.last_ping < 2 * interval for child in children)):
+            notifier.watchdog()  # every child is turning its loop
+            notifier.status(_status(children))
+            last_forward = now
 
 
 def _receive_from(sock: socket.socket) -> tuple[int, bytes]:

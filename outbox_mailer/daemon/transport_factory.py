@@ -1,8 +1,8 @@
 """Build every configured transport: ``smtp`` and each ``OUTBOX_MAILER_TRANSPORTS__<NAME>``.
 
 The SMTP kind becomes an :class:`~outbox_mailer.transports.smtp.SmtpTransport`; every provider kind of
-:mod:`outbox_mailer.providers.registry` an :class:`~outbox_mailer.transports.api.http.HttpApiTransport` that sends through its
-provider module. With ``OUTBOX_MAILER_DKIM__*`` set, every SMTP transport signs with
+:mod:`outbox_mailer.providers.registry` an :class:`~outbox_mailer.transports.api.http.HttpApiTransport` that
+sends through its provider module. With ``OUTBOX_MAILER_DKIM__*`` set, every SMTP transport signs with
 the one :class:`~outbox_mailer.message.dkim_signing.DkimSigner`; the provider APIs take
 fields, not a message, and sign with the account's own keys.
 """

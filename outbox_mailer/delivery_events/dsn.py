@@ -43,8 +43,9 @@ none), the recipient and the action, so the same bounce piped twice records once
 
 Hostile input: at most :data:`MAX_PARSED_BYTES` are parsed, :data:`MAX_GROUPS` groups read (so one
 message plants at most that many events: a real bounce about one of our emails names its recipients,
-and one sent per recipient names one), field values cut to 1000 characters; undecodable bytes become U+FFFD, control characters spaces. The only
-exception is :class:`ValueError` for a naive ``received_at`` (a caller's bug, not the input's).
+and one sent per recipient names one), field values cut to 1000 characters; undecodable bytes become U+FFFD,
+control characters spaces. The only exception is :class:`ValueError` for a naive ``received_at`` (a caller's
+bug, not the input's).
 """
 
 from __future__ import annotations

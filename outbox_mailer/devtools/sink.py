@@ -69,7 +69,7 @@ class _LineTooLong(Exception):
 
 def _parse_path(arg: str, keyword: str) -> tuple[str, list[str]] | None:
     """``FROM:<a@b> SIZE=10`` -> ("a@b", ["SIZE=10"]); None if malformed."""
-    if not arg[: len(keyword)].upper() == keyword:
+    if arg[:len(keyword)].upper() != keyword:
         return None
     rest = arg[len(keyword):].strip()
     if not rest.startswith("<") or ">" not in rest:

@@ -3,7 +3,8 @@
 :func:`compose` validates every field of a :class:`~outbox_mailer.delivery.Delivery`
 and returns a :class:`~outbox_mailer.delivery.ComposedMessage`: the envelope (ASCII, or
 UTF-8 for an internationalised address),
-the ``Message-ID`` its first claim wrote (:mod:`outbox_mailer.message.message_ids`) and an RFC 5322 message with CRLF line endings.
+the ``Message-ID`` its first claim wrote (:mod:`outbox_mailer.message.message_ids`) and an RFC 5322 message
+with CRLF line endings.
 Anything that cannot become a safe message raises
 :class:`~outbox_mailer.errors.CompositionError` naming the field
 (``to_addresses[1]``, ``headers.X-Foo``, ``attachments[0].content_base64`` ...).
@@ -328,7 +329,7 @@ def check_composed(message: ComposedMessage) -> None:
         or (not head.isascii() and not _has_utf8_address(message))
         or re.search(rb"\r(?!\n)|(?<!\r)\n", data)
         or max(map(len, data.split(b"\r\n"))) > 998
-        or [name.lower() for name in parsed.keys()] != names
+        or [name.lower() for name in parsed] != names
         or _mime_tree(parsed, root=True) != tree
     ):
         raise CompositionError(
@@ -364,7 +365,7 @@ def _expected_tree(fields: MessageFields) -> _TreeNode:
 
 
 def _mime_tree(part: MIMEPart, *, root: bool = False) -> _TreeNode:
-    names = tuple(name.lower() for name in part.keys())
+    names = tuple(name.lower() for name in part)
     if root:  # the others are checked as the top-level header names
         names = tuple(name for name in names if name.startswith("content-"))
     return (part.get_content_type(), names, tuple(map(_mime_tree, part.iter_parts())))

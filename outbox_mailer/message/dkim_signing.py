@@ -76,10 +76,10 @@ def load_private_key(pem: str) -> RSAPrivateKey:
                          "the PEM as it is") from None
     # ValueError, not TypeError: pydantic reports only the former as a setting's validation error
     if isinstance(key, ed25519.Ed25519PrivateKey):
-        raise ValueError("an Ed25519 key: outbox-mailer signs rsa-sha256 only (many receivers do not "  # noqa: TRY004
+        raise ValueError("an Ed25519 key: outbox-mailer signs rsa-sha256 only (many receivers do not "
                          f"verify ed25519-sha256 yet); make an RSA key: {_NEW_KEY}")
     if not isinstance(key, rsa.RSAPrivateKey):
-        raise ValueError(f"not an RSA key: outbox-mailer signs rsa-sha256; make one: {_NEW_KEY}")  # noqa: TRY004
+        raise ValueError(f"not an RSA key: outbox-mailer signs rsa-sha256; make one: {_NEW_KEY}")
     if key.key_size < MIN_KEY_BITS:
         raise ValueError(f"an RSA key of {key.key_size} bits: DKIM needs at least {MIN_KEY_BITS} (RFC 8301) "
                          f"and receivers want 2048: {_NEW_KEY}")
@@ -168,8 +168,9 @@ class DkimSigner:
         signed message is over ``max_message_bytes`` (the limit holds for what is sent)."""
         data = self.signature(message.data) + message.data
         if len(data) > self.max_message_bytes:
+            added = len(data) - len(message.data)
             raise CompositionError("message", f"signed message is {len(data)} bytes, over the limit of "
-                                   f"{self.max_message_bytes} (the DKIM-Signature adds {len(data) - len(message.data)})")
+                                   f"{self.max_message_bytes} (the DKIM-Signature adds {added})")
         return dataclasses.replace(message, data=data)
 
     def signature(self, data: bytes, *, timestamp: int | None = None) -> bytes:

@@ -35,7 +35,7 @@ def text_from_html(html: str) -> str | None:
     get_text, config = _renderer()
     try:
         text = get_text(html, config)
-    except Exception:  # lxml's errors for unreadable documents (empty, only a comment, ...)
+    except Exception:  # noqa: BLE001  (lxml's errors for unreadable documents: empty, only a comment, ...)
         return None
     text = "\n".join(line.rstrip() for line in text.strip("\n").splitlines())
     return text + "\n" if text.strip() else None

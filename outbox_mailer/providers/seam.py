@@ -26,8 +26,8 @@ from ..delivery import Delivery
 
 __all__ = [
     "AUTH_PAUSE_SECONDS",
-    "IDEMPOTENCY_WINDOW_SHARE",
     "BATCH_KEY_PREFIX",
+    "IDEMPOTENCY_WINDOW_SHARE",
     "MAX_ERROR_TEXT",
     "batch_idempotency_key",
     "one_line",

@@ -10,8 +10,8 @@ credentials, a stale timestamp or a Mailgun token reused with another body (alwa
 the reason is logged, never told to a caller who may be probing for the server's clock or the
 configured topics), 400 for an authentic
 body of the wrong shape, 503 when the database (or SNS's signing certificate) cannot be reached
-(the provider retries later, and nothing is lost), 200 otherwise, unknown event types and events of no known row included (so the
-provider stops retrying). A provider's retry of an event already written gets 200 and writes
+(the provider retries later, and nothing is lost), 200 otherwise, unknown event types and events of no known
+row included (so the provider stops retrying). A provider's retry of an event already written gets 200 and writes
 nothing (events are unique on provider and event id; Svix retries reuse ``svix-id``).
 """
 

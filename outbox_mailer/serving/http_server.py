@@ -1,9 +1,10 @@
 """HTTP served to the outside, inside the daemon's event loop: the only module that imports uvicorn.
 
 ``async with serve_http(app, address, setting=..., exempt=...) as (host, port):`` binds ``address``
-(``host:port``, ``[v6]:port``, or ``unix:PATH`` for a Unix socket, mode 0660, yielding (PATH, 0); a clear :class:`ConfigurationError` naming ``setting`` when it
-cannot), serves the ASGI ``app`` with uvicorn's h11 protocol as a task of the current anyio
-task group, and stops it when the block ends. What it adds to uvicorn, against hostile clients:
+(``host:port``, ``[v6]:port``, or ``unix:PATH`` for a Unix socket, mode 0660, yielding (PATH, 0); a clear
+:class:`ConfigurationError` naming ``setting`` when it cannot), serves the ASGI ``app`` with uvicorn's h11
+protocol as a task of the current anyio task group, and stops it when the block ends.
+What it adds to uvicorn, against hostile clients:
 
 * **Request timeout.** A connection must deliver a whole request (request line, headers, body)
   within ``REQUEST_TIMEOUT_SECONDS`` of connecting or of its previous response, or it gets

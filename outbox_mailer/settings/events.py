@@ -144,7 +144,7 @@ class BounceSettings(BaseModel):
     def _address(cls, value: str | None) -> str | None:
         if value is None:
             return None
-        local, at, domain = value.rpartition("@")
+        local, at, _domain = value.rpartition("@")
         if not at or not value.isascii() or not _LOCAL_PART.fullmatch(local) or "+" in local:
             raise ValueError(f"{value!r}: expected local@domain, an ASCII local part without '+' (the tag's delimiter)")
         if len(local) > MAX_LOCAL_OCTETS:

@@ -152,7 +152,8 @@ class Store:
         await self.refusal(key, name)
 
     async def refusal(self, key: str, name: str) -> None:
-        """Why action ``name`` changed nothing: :class:`NotFound`, or :class:`InvalidTransition` from the row's status."""
+        """Why action ``name`` changed nothing: :class:`NotFound`, or :class:`InvalidTransition` from the row's
+        status."""
         async with self._conn() as conn:
             row = await conn.fetchrow(sql("status_of"), key)
         if row is None:

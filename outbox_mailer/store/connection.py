@@ -41,7 +41,8 @@ def translate_errors() -> Any:
     except (asyncpg.exceptions.LockNotAvailableError, asyncpg.exceptions.QueryCanceledError) as exc:
         raise DatabaseBusy(f"database busy: {exc}") from exc
     except _UNAVAILABLE as exc:
-        raise DatabaseUnavailable(f"database unavailable: {str(exc) or _DESCRIPTIONS.get(type(exc), type(exc).__name__)}") from exc
+        described = str(exc) or _DESCRIPTIONS.get(type(exc), type(exc).__name__)
+        raise DatabaseUnavailable(f"database unavailable: {described}") from exc
     except asyncpg.PostgresError as exc:
         raise DatabaseError(f"database error: {exc}") from exc
 
@@ -154,8 +155,9 @@ class SessionLimits:
     async def apply(self, conn: asyncpg.Connection, *, heartbeated: bool) -> None:
         self.keep_alive(conn)
         names, values = zip(*self.server_settings(heartbeated=heartbeated).items(), strict=True)
-        await conn.execute("SELECT set_config(name, value, false) FROM unnest($1::text[], $2::text[]) AS s(name, value)",
-                           list(names), list(values))
+        await conn.execute(
+            "SELECT set_config(name, value, false) FROM unnest($1::text[], $2::text[]) AS s(name, value)",
+            list(names), list(values))
 
 
 def host_urls(url: str) -> list[str]:

@@ -14,8 +14,8 @@ import random
 
 from tests.e2e.chaos import (
     KEY_HEADER,
-    Fleet,
     Figures,
+    Fleet,
     daemon_env,
     figures,  # noqa: F401  (fixture)
     fleet,  # noqa: F401  (fixture)

@@ -5,9 +5,7 @@ from __future__ import annotations
 import dataclasses
 import email
 import email.policy
-
 from datetime import UTC, datetime, timedelta
-
 from typing import Any
 
 import anyio

@@ -126,7 +126,7 @@ async def test_the_relays_idempotency_header_goes_under_the_signature_unsigned(
     async with daemon_with_dkim(db_url, smtp_server, store, key, smtp=smtp) as r:
         assert (await r.final("keyed"))["keyed"]["status"] == "sent"
     [message] = smtp_server.accepted
-    first, second = message.data.split(b"\r\n")[:2]
+    first, _second = message.data.split(b"\r\n")[:2]
     # added before signing, so the size limit counts it; not in h=, so a relay may drop it
     assert first.startswith(b"DKIM-Signature: ") and message.data.count(b"\r\nX-Idempotency-Key: ") == 1
     assert b"x-idempotency-key" not in signature_tags(message.data)[0][b"h"]

@@ -136,7 +136,7 @@ async def test_relay_denied_for_one_recipient_while_another_is_accepted_is_that_
 
 async def test_check_raises_on_530_at_mail(transport: SmtpTransport, smtp_server: SmtpTestServer) -> None:
     smtp_server.fail("MAIL", "530 5.7.0 Authentication required")
-    with pytest.raises(TransportUnavailable, match="530 5.7.0 Authentication required") as caught:
+    with pytest.raises(TransportUnavailable, match=r"530 5.7.0 Authentication required") as caught:
         await transport.check()
     assert caught.value.transport == "smtp"
     assert "DATA" not in smtp_server.verbs() and smtp_server.messages == []
@@ -144,7 +144,7 @@ async def test_check_raises_on_530_at_mail(transport: SmtpTransport, smtp_server
 
 async def test_check_raises_on_relay_denied_at_rcpt(transport: SmtpTransport, smtp_server: SmtpTestServer) -> None:
     smtp_server.fail("RCPT", "554 5.7.1 Relay access denied")
-    with pytest.raises(TransportUnavailable, match="554 5.7.1 Relay access denied"):
+    with pytest.raises(TransportUnavailable, match=r"554 5.7.1 Relay access denied"):
         await transport.check()
     assert smtp_server.commands[:2] == [(1, "MAIL", SENDER), (1, "RCPT", PROBE_TO)]
     assert "DATA" not in smtp_server.verbs()

@@ -222,7 +222,7 @@ async def test_replies_cut_in_pieces_and_multiline() -> None:
                             b"\r\n250 2.1.5 end\r\n354 go\r\n")),
         Step(b"\r\n.\r\n", (b"25", b"0 2.0.0 Ok: queued as 9XYZ77\r\n")),
     ]  # fmt: skip
-    async with scripted(script) as (server, t):
+    async with scripted(script) as (_server, t):
         outcome = await send(t)
     assert_outcome(outcome, OutcomeKind.SENT, 250, "2.0.0")
     assert outcome.provider_message_id == "9XYZ77"
@@ -371,7 +371,7 @@ async def test_partial_refusal_then_sent() -> None:
         Step(b"DATA\r\n", b"250 2.1.0 Ok\r\n550 5.1.1 no such user\r\n250 2.1.5 Ok\r\n354 go\r\n"),
         Step(b"\r\n.\r\n", b"250 2.0.0 Ok: queued as 5QQ123\r\n"),
     ]
-    async with scripted(script) as (server, t):
+    async with scripted(script) as (_server, t):
         outcome = await send(t, "bad@example.com", TO)
     assert_outcome(outcome, OutcomeKind.SENT, 250, "2.0.0")
     assert outcome.refused == (RefusedRecipient("bad@example.com", 550, "5.1.1 no such user"),)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
+
 import pytest
 
 from outbox_mailer.delivery import ComposedMessage, Outcome, OutcomeKind, RefusedRecipient

@@ -10,7 +10,7 @@ from __future__ import annotations
 import ssl
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -68,8 +68,8 @@ def make_delivery(**overrides: Any) -> Delivery:
         id=1, dedupe_key="key-1", claim_token=uuid.uuid4(), attempts=1, max_attempts=None,
         from_address=SENDER, to_addresses=(TO,), cc_addresses=(), bcc_addresses=(), reply_to=None,
         subject="hello", text_body="first line", html_body=None, headers={}, attachments=[], metadata={},
-        transport=None, priority=0, scheduled_at=datetime.now(timezone.utc), expires_at=None,
-        created_at=datetime.now(timezone.utc),
+        transport=None, priority=0, scheduled_at=datetime.now(UTC), expires_at=None,
+        created_at=datetime.now(UTC),
     )  # fmt: skip
     fields.update(overrides)
     fields.setdefault("message_id", claimed_message_id(fields["dedupe_key"]))

@@ -236,7 +236,7 @@ def test_invalid_stays_refused_when_special_use_is_allowed(special_use_allowed: 
 @pytest.mark.parametrize("raw", ["a@intranet", "a@localhost", "a@10.0.0.1", "a@999"])
 def test_a_domain_needs_a_dot_and_a_top_level_name_even_when_special_use_is_allowed(
         special_use_allowed: None, raw: str) -> None:
-    with pytest.raises(CompositionError, match="period|top-level domain"):
+    with pytest.raises(CompositionError, match=r"period|top-level domain"):
         parse_address(raw, "to_addresses[0]")
 
 

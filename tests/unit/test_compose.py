@@ -26,7 +26,7 @@ from outbox_mailer.message import mime
 from outbox_mailer.message.compose import check_composed, compose
 from outbox_mailer.message.header_fields import unstructured
 
-NOW = datetime(2026, 5, 1, 12, 30, tzinfo=timezone.utc)
+NOW = datetime(2026, 5, 1, 12, 30, tzinfo=UTC)
 KEY = "order-42-receipt"
 MESSAGE_ID = "<0662a1b2c3d4e5f6a7b8c9d0e1f2a3b4@example.com>"  # as a claim writes it (message_ids.py)
 
@@ -282,7 +282,7 @@ def test_originator_and_destination_headers() -> None:
 
 def test_optional_headers_are_absent_when_empty() -> None:
     parsed = parse(run())
-    assert [k.lower() for k in parsed.keys()] == [
+    assert [k.lower() for k in parsed] == [
         "date", "from", "to", "subject", "message-id", "mime-version",
         "content-type", "content-transfer-encoding",
     ]  # no Cc, Reply-To or Bcc
@@ -328,7 +328,7 @@ def test_encoded_word_in_input_cannot_smuggle_a_header() -> None:
         headers={"X-Note": evil},
         to_addresses=(f'"{evil}" <alice@example.com>',),
     ))
-    assert "bcc" not in {k.lower() for k in parsed.keys()}
+    assert "bcc" not in {k.lower() for k in parsed}
     assert parsed["subject"] == evil
     assert parsed["x-note"] == evil
     assert addresses(parsed, "to") == [(evil, "alice@example.com")]
@@ -366,7 +366,7 @@ def test_bcc_goes_to_the_envelope_only() -> None:
     assert composed.recipients == ("alice@example.com", "c@example.com", "hidden@example.org")
     assert b"hidden" not in composed.data.lower()
     assert b"spy" not in composed.data.lower()
-    assert "bcc" not in {k.lower() for k in parse(composed).keys()}
+    assert "bcc" not in {k.lower() for k in parse(composed)}
 
 
 def test_envelope_recipients_are_deduplicated_case_insensitively_in_order() -> None:
@@ -612,7 +612,7 @@ def test_arbitrary_text_never_adds_a_header(subject: str, value: str, name: str)
         return
     event("composed")
     parsed = parse(composed)
-    assert sorted(k.lower() for k in parsed.keys()) == sorted([
+    assert sorted(k.lower() for k in parsed) == sorted([
         "date", "from", "to", "subject", "message-id", "x-note", "mime-version",
         "content-type", "content-transfer-encoding",
     ])

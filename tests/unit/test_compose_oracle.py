@@ -39,7 +39,7 @@ import sys
 import unicodedata
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from email.headerregistry import Address
 from email.message import EmailMessage
 from email.parser import BytesParser
@@ -57,7 +57,7 @@ from outbox_mailer.errors import CompositionError
 from outbox_mailer.message import addresses as addresses_module
 from outbox_mailer.message.compose import check_composed, compose
 
-NOW = datetime(2026, 5, 1, 12, 30, tzinfo=timezone.utc)
+NOW = datetime(2026, 5, 1, 12, 30, tzinfo=UTC)
 MESSAGE_ID = "<0662a1b2c3d4e5f6a7b8c9d0e1f2a3b4@oracle.example>"  # as a claim writes it
 EXAMPLES = int(os.environ.get("OUTBOX_ORACLE_EXAMPLES", "300"))
 FORBIDDEN_CATEGORIES = {"Cc", "Zl", "Zp", "Cs"}
@@ -292,7 +292,7 @@ def reference(row: Row, message_id: str) -> EmailMessage:
 
 
 def tree(part: EmailMessage, *, root: bool = True) -> tuple[Any, ...]:
-    names = sorted(n.lower() for n in part.keys())
+    names = sorted(n.lower() for n in part)
     if root:
         names = [n for n in names if n.startswith("content-")]
     else:  # EmailMessage leaves a MIME-Version in parts it creates; a reader ignores it there
@@ -326,8 +326,8 @@ def assert_matches_reference(row: Row, data: bytes, message_id: str) -> None:
     ref = reference(row, message_id)
 
     # Header names: exactly the reference's, each once; nothing injected.
-    assert sorted(n.lower() for n in parsed.keys()) == sorted(n.lower() for n in ref.keys())
-    assert "bcc" not in {n.lower() for n in parsed.keys()}
+    assert sorted(n.lower() for n in parsed) == sorted(n.lower() for n in ref)
+    assert "bcc" not in {n.lower() for n in parsed}
     # MIME tree and no defects anywhere.
     assert tree(parsed) == tree(ref)
     for part in parsed.walk():

@@ -16,8 +16,14 @@ from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 from cryptography.x509.oid import NameOID
 
 from outbox_mailer.delivery_events import ses
-from outbox_mailer.delivery_events.model import MAX_UNVERIFIED_BYTES, TooLarge
-from outbox_mailer.delivery_events.model import BounceClass, Kind, Malformed, Unauthenticated
+from outbox_mailer.delivery_events.model import (
+    MAX_UNVERIFIED_BYTES,
+    BounceClass,
+    Kind,
+    Malformed,
+    TooLarge,
+    Unauthenticated,
+)
 
 pytestmark = pytest.mark.anyio
 

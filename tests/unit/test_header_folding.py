@@ -16,10 +16,9 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from tests.unit.test_compose import make_delivery, run
-
 from outbox_mailer.delivery import ComposedMessage
 from outbox_mailer.errors import CompositionError
+from tests.unit.test_compose import run
 
 LINE = 998
 

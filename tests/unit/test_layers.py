@@ -188,7 +188,7 @@ def test_no_module_of_the_package_is_in_an_import_cycle() -> None:
         on_path[module] = len(path)
         for imp in edges[module]:
             if imp.target in on_path:
-                return path[on_path[imp.target]:] + [imp]
+                return [*path[on_path[imp.target]:], imp]
             if imp.target not in done:
                 path.append(imp)
                 cycle = visit(imp.target)

@@ -39,8 +39,8 @@ from ...providers.seam import AUTH_PAUSE_SECONDS, one_line
 
 __all__ = [
     "TOO_MANY_RECIPIENTS",
-    "account_refusal",
     "accepted",
+    "account_refusal",
     "all_refused",
     "ambiguous",
     "classify_reply",
