@@ -16,12 +16,6 @@ import pytest
 
 from tests.browser.browser_harness import AXE, CHROMIUM, CHROMIUM_ARGS, VIEWPORT
 from tests.console_harness import Served, served_console
-from tests.integration.conftest import (  # noqa: F401  (fixtures)
-    running,
-    smtp_server,
-    start,
-    store,
-)
 
 try:
     from playwright.async_api import async_playwright
