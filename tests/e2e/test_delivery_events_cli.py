@@ -82,10 +82,10 @@ def test_ingest_dsn_ignores_what_is_not_a_bounce_and_asks_the_mta_to_retry_when_
 
 
 @pytest.fixture
-def webhooks(installed: Installed, env: dict[str, str]) -> Iterator[str]:
+def webhooks(installed: Installed, cli_env: dict[str, str]) -> Iterator[str]:
     port = free_port()
     proc = subprocess.Popen([str(installed.bin / "outbox-mailer"), "webhooks"], text=True,
-                            env={**env, "OUTBOX_MAILER_WEBHOOKS__ADDRESS": f"127.0.0.1:{port}",
+                            env={**cli_env, "OUTBOX_MAILER_WEBHOOKS__ADDRESS": f"127.0.0.1:{port}",
                                  "OUTBOX_MAILER_WEBHOOKS__RESEND__SECRET": RESEND_SECRET},
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
