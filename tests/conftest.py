@@ -7,6 +7,11 @@ role needs CREATEDB.
 The suite runs in two processes (``-n 2``, pytest-xdist): each starts its own PostgreSQL, and on a
 shared server each has a template of its own. Measured figures (tests/e2e/chaos.py) are collected
 here from the test reports, which reach this process from either worker, for the terminal summary.
+
+Fixtures used in more than one directory are registered here once, as plugins (``pytest_plugins``,
+which pytest reads only in this root conftest): the SMTP server, the fake provider server, the daemon
+run in-process, and the process fleet of the chaos tests with its figures. Fixtures used in one
+directory are in that directory's conftest.py; a test module never imports a fixture.
 """
 
 from __future__ import annotations
@@ -31,6 +36,13 @@ from outbox_mailer.store.migrations import load_migrations
 TEMPLATE = "outbox_mailer_template" + (f"_{worker}" if (worker := os.environ.get("PYTEST_XDIST_WORKER")) else "")
 FIGURES_KEYWORD = "outbox_mailer_figures"  # set on a test that records figures (tests/e2e/chaos.py)
 _FIGURES: list[str] = []
+
+pytest_plugins = [
+    "tests.smtp_server",  # smtp_server
+    "tests.provider_server",  # provider_server
+    "tests.in_process_daemon",  # store, start, running
+    "tests.e2e.chaos",  # fleet, figures
+]
 
 
 def pytest_configure(config: pytest.Config) -> None:

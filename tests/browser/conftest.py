@@ -1,6 +1,6 @@
 """Fixtures for the console in a real browser: Debian's chromium driven by Playwright (one browser for
 the session, a fresh context per test), the console served on loopback in the test's event loop, and
-the daemon (tests/integration/conftest.py's ``running``) sending to an aiosmtpd server.
+the daemon (tests/in_process_daemon.py's ``running``) sending to an aiosmtpd server.
 
 Without chromium or axe-core the tests skip, without Playwright (the test extra) they are not
 collected; with CI set each is a failure instead (.ci/run installs them: apt's chromium, ``npm ci`` in
@@ -16,12 +16,6 @@ import pytest
 
 from tests.browser.browser_harness import AXE, CHROMIUM, CHROMIUM_ARGS, VIEWPORT
 from tests.console_harness import Served, served_console
-from tests.integration.conftest import (  # noqa: F401  (fixtures)
-    running,
-    smtp_server,
-    start,
-    store,
-)
 
 try:
     from playwright.async_api import async_playwright

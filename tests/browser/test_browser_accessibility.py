@@ -25,7 +25,8 @@ from tests.browser.browser_harness import (
     tab_to,
 )
 from tests.console_harness import PASSWORD
-from tests.integration.conftest import Running, insert
+from tests.in_process_daemon import Running
+from tests.integration.conftest import insert
 from tests.smtp_server import SmtpTestServer
 from tests.sql_store import SqlStore
 

@@ -16,6 +16,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.smtp_server import SmtpTestServer
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -81,3 +83,32 @@ def wait_until_serving(proc: subprocess.Popen[str], base: str, timeout: float = 
         except httpx.TransportError:
             assert proc.poll() is None and time.monotonic() < deadline, f"nothing serves {base}"
             time.sleep(0.1)
+
+
+# ---- the installed daemon on the test's database, sending to the test's SMTP server ----------------
+
+
+@pytest.fixture
+def cli_env(db_url: str, smtp_server: SmtpTestServer) -> dict[str, str]:
+    """The environment of the installed CLI and daemon: the test's database, its SMTP server, quick retries."""
+    return base_env(
+        OUTBOX_MAILER_DATABASE_URL=db_url,
+        OUTBOX_MAILER_DEFAULT_FROM="App <app@example.com>",
+        OUTBOX_MAILER_SMTP__HOST=smtp_server.host,
+        OUTBOX_MAILER_SMTP__PORT=str(smtp_server.port),
+        OUTBOX_MAILER_SMTP__TLS="none",
+        OUTBOX_MAILER_RETRY__BASE_SECONDS="0.1",
+        OUTBOX_MAILER_RETRY__MAX_SECONDS="0.5",
+        OUTBOX_MAILER_POLL_INTERVAL_SECONDS="1",
+    )
+
+
+@pytest.fixture
+def cli_daemon(installed: Installed, cli_env: dict[str, str]) -> Iterator[subprocess.Popen[str]]:
+    """``outbox-mailer run`` of the installed wheel with ``cli_env``; killed at the end if still running."""
+    proc = subprocess.Popen([str(installed.bin / "outbox-mailer"), "run"], env=cli_env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    yield proc
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait(timeout=10)

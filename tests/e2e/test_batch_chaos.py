@@ -30,8 +30,6 @@ from tests.e2e.chaos import (
     Figures,
     Fleet,
     KillRun,
-    figures,  # noqa: F401  (fixture)
-    fleet,  # noqa: F401  (fixture)
     insert_rows,
     resend_env,
     sql,
@@ -105,7 +103,7 @@ def drained(url: str, trickle: Trickle, final: DaemonProcess) -> Callable[[], bo
 
 @pytest.mark.parametrize("in_doubt", ["resend", "hold"])
 def test_batches_of_trickling_rows_under_500s_and_kills_are_created_once_by_the_provider(
-        db_url: str, fleet: Fleet, figures: Figures, in_doubt: str) -> None:  # noqa: F811
+        db_url: str, fleet: Fleet, figures: Figures, in_doubt: str) -> None:
     fleet.deadline(90)
     seed = random.randrange(1 << 30)
     figures("seed", seed)

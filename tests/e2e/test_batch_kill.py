@@ -12,22 +12,14 @@ from __future__ import annotations
 
 import time
 
-from tests.e2e.chaos import (  # noqa: F401
-    Fleet,
-    fleet,
-    insert_rows,
-    resend_env,
-    sql,
-    status_counts,
-    wait_until,
-)
+from tests.e2e.chaos import Fleet, insert_rows, resend_env, sql, status_counts, wait_until
 from tests.provider_server import ProviderServer
 
 ROWS = 60
 
 
 def test_kill9_during_a_batch_request_is_rescued_as_the_same_batch_under_the_same_key(
-        db_url: str, fleet: Fleet) -> None:  # noqa: F811
+        db_url: str, fleet: Fleet) -> None:
     fleet.deadline(120)
     server = ProviderServer().start()
     server.add_fault("slow", delay=3.0, count=1, paths=("/emails/batch",))

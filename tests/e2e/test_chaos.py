@@ -21,8 +21,6 @@ from tests.e2e.chaos import (
     Fleet,
     KillRun,
     daemon_env,
-    figures,  # noqa: F401  (fixture)
-    fleet,  # noqa: F401  (fixture)
     insert_rows,
     kill_repeatedly,
     scalar,
@@ -32,7 +30,7 @@ from tests.e2e.chaos import (
     statuses,
     wait_until,
 )
-from tests.smtp_server import SmtpTestServer, smtp_server  # noqa: F401  (fixture)
+from tests.smtp_server import SmtpTestServer
 
 
 def all_settled(url: str, total: int) -> bool:
@@ -73,7 +71,7 @@ def report_kills(figures: Figures, run: KillRun) -> None:
 
 
 def test_kill9_ten_times_resend_loses_nothing_and_duplicates_only_in_flight_rows(
-    db_url: str, smtp_server: SmtpTestServer, fleet: Fleet, figures: Figures  # noqa: F811
+    db_url: str, smtp_server: SmtpTestServer, fleet: Fleet, figures: Figures
 ) -> None:
     seed = random.randrange(1 << 30)
     figures("seed", seed)
@@ -99,7 +97,7 @@ def test_kill9_ten_times_resend_loses_nothing_and_duplicates_only_in_flight_rows
 
 
 def test_kill9_ten_times_hold_loses_nothing_and_sends_nothing_twice(
-    db_url: str, smtp_server: SmtpTestServer, fleet: Fleet, figures: Figures  # noqa: F811
+    db_url: str, smtp_server: SmtpTestServer, fleet: Fleet, figures: Figures
 ) -> None:
     seed = random.randrange(1 << 30)
     figures("seed", seed)
@@ -134,7 +132,7 @@ def test_kill9_ten_times_hold_loses_nothing_and_sends_nothing_twice(
 
 
 def test_four_daemons_drain_5000_rows_each_received_exactly_once(
-    db_url: str, smtp_server: SmtpTestServer, fleet: Fleet, figures: Figures  # noqa: F811
+    db_url: str, smtp_server: SmtpTestServer, fleet: Fleet, figures: Figures
 ) -> None:
     total = 5000
     keys = insert_rows(db_url, total)
@@ -161,7 +159,7 @@ def test_four_daemons_drain_5000_rows_each_received_exactly_once(
 
 
 def test_smtp_server_down_30_seconds_charges_no_attempt_and_everything_is_sent(
-    db_url: str, smtp_server: SmtpTestServer, fleet: Fleet, figures: Figures  # noqa: F811
+    db_url: str, smtp_server: SmtpTestServer, fleet: Fleet, figures: Figures
 ) -> None:
     """The server shuts down cleanly (it finishes the transaction in progress on each connection,
     then closes), refuses connections for 30 s, then listens again on the same port."""
@@ -211,7 +209,7 @@ def test_smtp_server_down_30_seconds_charges_no_attempt_and_everything_is_sent(
 
 
 def test_postgresql_restart_mid_run_daemon_survives_and_everything_is_sent(
-    smtp_server: SmtpTestServer, fleet: Fleet, figures: Figures  # noqa: F811
+    smtp_server: SmtpTestServer, fleet: Fleet, figures: Figures
 ) -> None:
     total = 3000
     with TemporaryPostgres() as pg:
@@ -254,7 +252,7 @@ def test_postgresql_restart_mid_run_daemon_survives_and_everything_is_sent(
 
 
 def test_smtp_faults_mid_run_end_in_the_states_the_policy_says(
-    db_url: str, smtp_server: SmtpTestServer, fleet: Fleet, figures: Figures  # noqa: F811
+    db_url: str, smtp_server: SmtpTestServer, fleet: Fleet, figures: Figures
 ) -> None:
     total, dropped_after_data = 2000, 5
     bad = {g for g in range(1, total + 1) if g % 97 == 0}  # 20 rows whose recipient is refused with 550
@@ -311,7 +309,7 @@ def in_flight_keys(url: str) -> set[str]:
 
 
 def test_sigterm_finishes_in_flight_sends_within_the_grace_period(
-    db_url: str, smtp_server: SmtpTestServer, fleet: Fleet, figures: Figures  # noqa: F811
+    db_url: str, smtp_server: SmtpTestServer, fleet: Fleet, figures: Figures
 ) -> None:
     """Every message whose body reached the server (its reply held back 1 s) ends `sent`; claimed rows
     whose send had not started may go back to `pending`; nothing stays `sending`."""
@@ -344,7 +342,7 @@ def test_sigterm_finishes_in_flight_sends_within_the_grace_period(
 
 
 def test_sigterm_with_a_grace_period_shorter_than_the_send_abandons_rows_to_the_rescuer(
-    db_url: str, smtp_server: SmtpTestServer, fleet: Fleet, figures: Figures  # noqa: F811
+    db_url: str, smtp_server: SmtpTestServer, fleet: Fleet, figures: Figures
 ) -> None:
     total, grace, data_delay = 60, 0.3, 1.5
     keys = insert_rows(db_url, total)

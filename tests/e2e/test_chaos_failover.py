@@ -17,8 +17,6 @@ from tests.e2e.chaos import (
     Figures,
     Fleet,
     daemon_env,
-    figures,  # noqa: F401  (fixture)
-    fleet,  # noqa: F401  (fixture)
     insert_rows,
     kill_repeatedly,
     sql,
@@ -26,7 +24,7 @@ from tests.e2e.chaos import (
     wait_until,
 )
 from tests.e2e.test_chaos import all_settled, counted, stop
-from tests.smtp_server import SmtpTestServer, running_smtp_server, smtp_server  # noqa: F401  (fixture)
+from tests.smtp_server import SmtpTestServer, running_smtp_server
 
 ROWS = 600
 KILLS = 4
@@ -42,7 +40,7 @@ def fallback_settings(port: int) -> dict[str, str]:
 
 
 def test_kill9_during_failover_no_key_reaches_both_servers(
-    db_url: str, smtp_server: SmtpTestServer, fleet: Fleet, figures: Figures  # noqa: F811
+    db_url: str, smtp_server: SmtpTestServer, fleet: Fleet, figures: Figures
 ) -> None:
     fleet.deadline(60)
     seed = random.randrange(1 << 30)

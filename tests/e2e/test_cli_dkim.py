@@ -17,10 +17,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from tests.e2e.conftest import Installed, base_env
-from tests.smtp_server import (
-    SmtpTestServer,
-    smtp_server,  # noqa: F401  (fixture)
-)
+from tests.smtp_server import SmtpTestServer
 
 DOMAIN, SELECTOR = "example.com", "s2026"
 
@@ -31,7 +28,7 @@ def key() -> rsa.RSAPrivateKey:
 
 
 @pytest.fixture
-def env(db_url: str, smtp_server: SmtpTestServer) -> dict[str, str]:  # noqa: F811
+def env(db_url: str, smtp_server: SmtpTestServer) -> dict[str, str]:
     return base_env(OUTBOX_MAILER_DATABASE_URL=db_url, OUTBOX_MAILER_DEFAULT_FROM="App <app@example.com>",
                     OUTBOX_MAILER_SMTP__HOST=smtp_server.host, OUTBOX_MAILER_SMTP__PORT=str(smtp_server.port),
                     OUTBOX_MAILER_SMTP__TLS="none", OUTBOX_MAILER_POLL_INTERVAL_SECONDS="1",
@@ -95,7 +92,7 @@ def daemon(installed: Installed, env: dict[str, str], credentials: Path) -> Iter
 
 def test_the_credential_file_signs_what_run_sends_and_check_reports_it(
         installed: Installed, env: dict[str, str], credentials: Path, key: rsa.RSAPrivateKey,
-        smtp_server: SmtpTestServer, daemon: subprocess.Popen[str]) -> None:  # noqa: F811
+        smtp_server: SmtpTestServer, daemon: subprocess.Popen[str]) -> None:
     with_key = {**env, "CREDENTIALS_DIRECTORY": str(credentials)}
     check = installed.cli("check", "--json", env=with_key)
     assert check.returncode == 0, check.stdout + check.stderr

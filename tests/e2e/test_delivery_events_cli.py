@@ -16,9 +16,9 @@ import httpx
 import pytest
 
 from tests.e2e.conftest import Installed
-from tests.e2e.test_cli import daemon, env, psql, status_json  # noqa: F401  (fixtures)
+from tests.e2e.test_cli import psql, status_json
 from tests.integration.test_webhook_receiver import RESEND_SECRET, resend_event, svix_headers
-from tests.smtp_server import SmtpTestServer, free_port, smtp_server  # noqa: F401  (fixture)
+from tests.smtp_server import SmtpTestServer, free_port
 
 DSN = (Path(__file__).resolve().parents[1] / "fixtures" / "dsn" / "postfix_failed_headers.eml").read_text()
 ORIGINAL_ID = "<3f2a9c0d8e7b41a6b5c4d3e2f1a09b8c@shop.example.com>"
@@ -39,53 +39,53 @@ def wait_status(installed: Installed, env: dict[str, str], key: str, timeout: fl
 
 
 def test_a_piped_bounce_suppresses_and_the_next_row_fails_unsent(
-        installed: Installed, env: dict[str, str], db_url: str, daemon: subprocess.Popen[str],  # noqa: F811
+        installed: Installed, cli_env: dict[str, str], db_url: str, cli_daemon: subprocess.Popen[str],
         smtp_server: SmtpTestServer) -> None:
     psql(db_url, "INSERT INTO email_deliveries (dedupe_key, to_addresses, subject, text_body) "
                  "VALUES ('first', ARRAY['Gone@Example.net'], 'hi', 'body')")
-    assert wait_status(installed, env, "first")["status"] == "sent"
+    assert wait_status(installed, cli_env, "first")["status"] == "sent"
     [sent] = smtp_server.accepted
     message_id = email.message_from_bytes(sent.data, policy=email.policy.default)["Message-ID"]
-    assert status_json(installed, env, "first")["first"]["message_id"] == message_id
+    assert status_json(installed, cli_env, "first")["first"]["message_id"] == message_id
 
-    out = installed.cli("ingest-dsn", env=env, input=bounce_for(message_id, "Gone@Example.net"))
+    out = installed.cli("ingest-dsn", env=cli_env, input=bounce_for(message_id, "Gone@Example.net"))
     assert out.returncode == 0, out.stderr
-    again = installed.cli("ingest-dsn", env=env, input=bounce_for(message_id, "Gone@Example.net"))
+    again = installed.cli("ingest-dsn", env=cli_env, input=bounce_for(message_id, "Gone@Example.net"))
     assert again.returncode == 0, "the same bounce twice: recorded once"
-    [event] = [json.loads(line) for line in installed.cli("events", "first", "--json", env=env).stdout.splitlines()]
+    [event] = [json.loads(line) for line in installed.cli("events", "first", "--json", env=cli_env).stdout.splitlines()]
     assert (event["provider"], event["kind"], event["bounce_class"]) == ("smtp", "bounced", "hard")
-    assert status_json(installed, env, "first")["first"]["delivery_event"] == "bounced"
-    [s] = [json.loads(line) for line in installed.cli("suppressions", "--json", env=env).stdout.splitlines()]
+    assert status_json(installed, cli_env, "first")["first"]["delivery_event"] == "bounced"
+    [s] = [json.loads(line) for line in installed.cli("suppressions", "--json", env=cli_env).stdout.splitlines()]
     assert (s["address"], s["reason"], s["source"]) == ("gone@example.net", "hard_bounce", "smtp")
 
     psql(db_url, "INSERT INTO email_deliveries (dedupe_key, to_addresses, subject, text_body) "
                  "VALUES ('second', ARRAY['gone@example.net'], 'hi', 'body')")
-    second = wait_status(installed, env, "second")
+    second = wait_status(installed, cli_env, "second")
     assert second["status"] == "failed" and second["last_error"].startswith("suppressed: gone@example.net")
     assert len(smtp_server.accepted) == 1, "the suppressed row reached no server"
 
-    assert installed.cli("unsuppress", "GONE@example.net", env=env).returncode == 0
-    assert installed.cli("unsuppress", "gone@example.net", env=env).returncode == 1
+    assert installed.cli("unsuppress", "GONE@example.net", env=cli_env).returncode == 0
+    assert installed.cli("unsuppress", "gone@example.net", env=cli_env).returncode == 1
     manual = installed.cli("suppress", "x@example.org", "--reason", "unsubscribe", "--expires-in", "7d", "--json",
-                           env=env)
+                           env=cli_env)
     assert manual.returncode == 0 and json.loads(manual.stdout)["reason"] == "unsubscribe"
-    assert installed.cli("suppress", "not an address", env=env).returncode == 2
+    assert installed.cli("suppress", "not an address", env=cli_env).returncode == 2
 
 
 def test_ingest_dsn_ignores_what_is_not_a_bounce_and_asks_the_mta_to_retry_when_the_database_is_down(
-        installed: Installed, env: dict[str, str]) -> None:  # noqa: F811
-    ignored = installed.cli("ingest-dsn", env=env, input="From: a@example.com\nSubject: hello\n\nthanks!\n")
+        installed: Installed, cli_env: dict[str, str]) -> None:
+    ignored = installed.cli("ingest-dsn", env=cli_env, input="From: a@example.com\nSubject: hello\n\nthanks!\n")
     assert ignored.returncode == 0
-    down = {**env, "OUTBOX_MAILER_DATABASE_URL": f"postgresql://postgres@127.0.0.1:{free_port()}/postgres"}
+    down = {**cli_env, "OUTBOX_MAILER_DATABASE_URL": f"postgresql://postgres@127.0.0.1:{free_port()}/postgres"}
     out = installed.cli("ingest-dsn", env=down, input=bounce_for("<a@b.example>", "x@example.net"))
     assert out.returncode == 75, out.stderr
 
 
 @pytest.fixture
-def webhooks(installed: Installed, env: dict[str, str]) -> Iterator[str]:  # noqa: F811
+def webhooks(installed: Installed, cli_env: dict[str, str]) -> Iterator[str]:
     port = free_port()
     proc = subprocess.Popen([str(installed.bin / "outbox-mailer"), "webhooks"], text=True,
-                            env={**env, "OUTBOX_MAILER_WEBHOOKS__ADDRESS": f"127.0.0.1:{port}",
+                            env={**cli_env, "OUTBOX_MAILER_WEBHOOKS__ADDRESS": f"127.0.0.1:{port}",
                                  "OUTBOX_MAILER_WEBHOOKS__RESEND__SECRET": RESEND_SECRET},
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
@@ -104,35 +104,35 @@ def webhooks(installed: Installed, env: dict[str, str]) -> Iterator[str]:  # noq
 
 
 def test_the_webhooks_command_records_a_signed_event_and_refuses_a_forged_one(
-        installed: Installed, env: dict[str, str], db_url: str, webhooks: str) -> None:  # noqa: F811
+        installed: Installed, cli_env: dict[str, str], db_url: str, webhooks: str) -> None:
     psql(db_url, "INSERT INTO email_deliveries (dedupe_key, to_addresses, subject, text_body) "
                  "VALUES ('tagged', ARRAY['a@example.com'], 'hi', 'body')")
     body = resend_event("email.complained", "re_9", tags={"dedupe_key": "tagged"})
     assert httpx.post(webhooks + "/webhooks/resend", content=body, headers=svix_headers(body, "m1")).status_code == 200
     forged = body.replace(b"re_9", b"re_8")
     assert httpx.post(webhooks + "/webhooks/resend", content=forged, headers=svix_headers(body, "m2")).status_code == 401
-    assert status_json(installed, env, "tagged")["tagged"]["delivery_event"] == "complained"
+    assert status_json(installed, cli_env, "tagged")["tagged"]["delivery_event"] == "complained"
     metrics = httpx.get(webhooks + "/metrics").text
     assert 'outbox_mailer_webhook_events_total{kind="complained",provider="resend"} 1.0' in metrics
     assert 'outbox_mailer_webhook_refused_requests_total{provider="resend",status="401"} 1.0' in metrics
 
 
 def test_the_webhooks_command_refuses_to_start_without_an_address_or_a_provider(
-        installed: Installed, env: dict[str, str]) -> None:  # noqa: F811
-    out = installed.cli("webhooks", env={**env, "OUTBOX_MAILER_WEBHOOKS__RESEND__SECRET": RESEND_SECRET})
+        installed: Installed, cli_env: dict[str, str]) -> None:
+    out = installed.cli("webhooks", env={**cli_env, "OUTBOX_MAILER_WEBHOOKS__RESEND__SECRET": RESEND_SECRET})
     assert out.returncode == 2 and "OUTBOX_MAILER_WEBHOOKS__ADDRESS" in out.stderr
-    out = installed.cli("webhooks", env={**env, "OUTBOX_MAILER_WEBHOOKS__ADDRESS": f"127.0.0.1:{free_port()}"})
+    out = installed.cli("webhooks", env={**cli_env, "OUTBOX_MAILER_WEBHOOKS__ADDRESS": f"127.0.0.1:{free_port()}"})
     assert out.returncode == 2 and "secret" in out.stderr
 
 
 def test_ingest_dsn_believes_a_bounce_about_a_shared_email_only_by_its_recipients_tag(
-        installed: Installed, env: dict[str, str], db_url: str) -> None:  # noqa: F811
+        installed: Installed, cli_env: dict[str, str], db_url: str) -> None:
     from datetime import UTC, datetime
 
     from outbox_mailer.delivery_events.bounce_tags import BounceAddress, day_of
 
     key = "a-bounce-tag-key-of-32-characters"
-    tagged = {**env, "OUTBOX_MAILER_BOUNCES__ADDRESS": "bounces@example.com", "OUTBOX_MAILER_BOUNCES__KEY": key}
+    tagged = {**cli_env, "OUTBOX_MAILER_BOUNCES__ADDRESS": "bounces@example.com", "OUTBOX_MAILER_BOUNCES__KEY": key}
     psql(db_url, "INSERT INTO email_deliveries (dedupe_key, to_addresses, cc_addresses, subject, text_body) "
                  "VALUES ('shared', ARRAY['a@example.net'], ARRAY['gone@example.net'], 'hi', 'body')")
     row_id = int(subprocess.run(["psql", "-X", "-tA", db_url, "-c", "SELECT id FROM email_deliveries"],
@@ -141,10 +141,10 @@ def test_ingest_dsn_believes_a_bounce_about_a_shared_email_only_by_its_recipient
     dsn = bounce_for("<unknown@x.example>", "gone@example.net")  # no Message-ID of ours: the tag names the row
     wrong = installed.cli("ingest-dsn", "--recipient", tags.sender(row_id, 1, today), env=tagged, input=dsn)
     assert wrong.returncode == 0, wrong.stderr
-    assert installed.cli("suppressions", "--json", env=env).stdout == "", "the tag of a@ proves nothing about gone@"
+    assert installed.cli("suppressions", "--json", env=cli_env).stdout == "", "the tag of a@ proves nothing about gone@"
     again = dsn.replace("Message-Id: <", "Message-Id: <again.", 1)
     out = installed.cli("ingest-dsn", env={**tagged, "ORIGINAL_RECIPIENT": tags.sender(row_id, 2, today)}, input=again)
     assert out.returncode == 0, out.stderr
-    [s] = [json.loads(line) for line in installed.cli("suppressions", "--json", env=env).stdout.splitlines()]
+    [s] = [json.loads(line) for line in installed.cli("suppressions", "--json", env=cli_env).stdout.splitlines()]
     assert (s["address"], s["source"]) == ("gone@example.net", "smtp")
-    assert len(installed.cli("events", "shared", "--json", env=env).stdout.splitlines()) == 2
+    assert len(installed.cli("events", "shared", "--json", env=cli_env).stdout.splitlines()) == 2

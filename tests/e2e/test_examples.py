@@ -26,10 +26,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.conftest import ROOT, Installed, base_env
-from tests.smtp_server import (
-    SmtpTestServer,
-    smtp_server,  # noqa: F401  (fixture)
-)
+from tests.smtp_server import SmtpTestServer
 
 EXAMPLES = ROOT / "examples"
 JDBC_JAR = Path("/usr/share/java/postgresql.jar")
@@ -108,20 +105,10 @@ def query(db_url: str, sql: str, key: str = "") -> str:
 
 
 @pytest.fixture
-def daemon(installed: Installed, db_url: str, smtp_server: SmtpTestServer,  # noqa: F811
-           tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
-    env = base_env(
-        OUTBOX_MAILER_DATABASE_URL=db_url,
-        OUTBOX_MAILER_DEFAULT_FROM="App <app@example.com>",
-        OUTBOX_MAILER_SMTP__HOST=smtp_server.host,
-        OUTBOX_MAILER_SMTP__PORT=str(smtp_server.port),
-        OUTBOX_MAILER_SMTP__TLS="none",
-        OUTBOX_MAILER_RETRY__BASE_SECONDS="0.1",
-        OUTBOX_MAILER_RETRY__MAX_SECONDS="0.5",
-        OUTBOX_MAILER_POLL_INTERVAL_SECONDS="1",
-    )
+def daemon(installed: Installed, cli_env: dict[str, str], tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """The installed daemon with conftest's ``cli_env``, its output in a log file."""
     with open(tmp_path / "daemon.log", "wb") as log:
-        proc = subprocess.Popen([str(installed.bin / "outbox-mailer"), "run"], env=env, stdout=log,
+        proc = subprocess.Popen([str(installed.bin / "outbox-mailer"), "run"], env=cli_env, stdout=log,
                                 stderr=subprocess.STDOUT)
     yield proc
     if proc.poll() is None:
@@ -131,7 +118,7 @@ def daemon(installed: Installed, db_url: str, smtp_server: SmtpTestServer,  # no
 
 @pytest.mark.parametrize("language", languages())
 def test_example_commits_are_delivered_and_rollbacks_never(
-    language: str, db_url: str, smtp_server: SmtpTestServer,  # noqa: F811
+    language: str, db_url: str, smtp_server: SmtpTestServer,
     daemon: subprocess.Popen[bytes], tmp_path: Path,
 ) -> None:
     if reason := missing_toolchain(language):  # only reached with CI set: never skipped there

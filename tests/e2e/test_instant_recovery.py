@@ -14,14 +14,12 @@ from tests.e2e.chaos import (
     Figures,
     Fleet,
     daemon_env,
-    figures,  # noqa: F401  (fixture)
-    fleet,  # noqa: F401  (fixture)
     insert_rows,
     sent_count,
     sql,
     wait_until,
 )
-from tests.smtp_server import SmtpTestServer, smtp_server  # noqa: F401  (fixture)
+from tests.smtp_server import SmtpTestServer
 
 DEFAULT_TIMEOUTS = [name for name in FAST_SETTINGS if "TIMEOUT" in name or "RESCUE" in name]
 
@@ -31,7 +29,7 @@ def sending(url: str) -> set[str]:
 
 
 def test_kill9_then_restart_settles_the_killed_claims_within_seconds(
-    db_url: str, smtp_server: SmtpTestServer, fleet: Fleet, figures: Figures  # noqa: F811
+    db_url: str, smtp_server: SmtpTestServer, fleet: Fleet, figures: Figures
 ) -> None:
     smtp_server.delay("DATA", 0.2)
     env = daemon_env(db_url, smtp_server.port)

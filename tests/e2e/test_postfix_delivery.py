@@ -42,8 +42,9 @@ from outbox_mailer.message.addresses import (
 )
 from outbox_mailer.settings.config import Settings
 from tests.conftest import cloned_database
-from tests.e2e.chaos import Figures, figures  # noqa: F401  (fixture)
-from tests.integration.conftest import Running, insert, settings_for
+from tests.e2e.chaos import Figures
+from tests.in_process_daemon import Running, settings_for
+from tests.integration.conftest import insert
 from tests.postfix import USERS, PostfixServer, postfix_server
 from tests.spamassassin import Verdict, score_all
 from tests.sql_store import SqlStore
@@ -356,7 +357,7 @@ def test_one_refused_recipient_of_two_the_row_is_sent_with_it_in_refused_recipie
 
 @pytest.mark.parametrize("key", DELIVERED)
 def test_spamassassin_scores_each_kind_below_1_with_no_structural_rule(
-        run: Run, verdicts: dict[str, Verdict], key: str, figures: Figures) -> None:  # noqa: F811
+        run: Run, verdicts: dict[str, Verdict], key: str, figures: Figures) -> None:
     assert key in verdicts, f"{key}: nothing delivered to score"
     verdict = verdicts[key]
     figures(f"spamassassin[{key}]", verdict.describe())

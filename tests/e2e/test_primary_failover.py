@@ -49,8 +49,6 @@ from tests.e2e.chaos import (
     Figures,
     Fleet,
     daemon_env,
-    figures,  # noqa: F401  (fixture)
-    fleet,  # noqa: F401  (fixture)
     insert_rows,
     scalar,
     sent_count,
@@ -58,7 +56,7 @@ from tests.e2e.chaos import (
     status_counts,
     wait_until,
 )
-from tests.smtp_server import SmtpTestServer, smtp_server  # noqa: F401  (fixture)
+from tests.smtp_server import SmtpTestServer
 from tests.standby import SYNC_PRIMARY_SETTINGS, StreamingStandby, stop_immediate
 
 TOTAL = 300
@@ -116,7 +114,7 @@ def unanswered_port(port: int, enabled: bool) -> Iterator[None]:
     pytest.param("primary-first", True, id="old-primary-unresponsive"),
 ])  # fmt: skip
 def test_primary_crash_and_promotion_mid_drain_loses_nothing(
-    order: str, unresponsive: bool, smtp_server: SmtpTestServer, fleet: Fleet, figures: Figures  # noqa: F811
+    order: str, unresponsive: bool, smtp_server: SmtpTestServer, fleet: Fleet, figures: Figures
 ) -> None:
     fleet.deadline(120)
     next_send_timeout = UNRESPONSIVE_NEXT_SEND_TIMEOUT if unresponsive else NEXT_SEND_TIMEOUT

@@ -15,7 +15,6 @@ import pytest
 from tests.e2e.conftest import Installed, base_env
 from tests.e2e.test_cli import psql
 from tests.smtp_server import SmtpTestServer
-from tests.smtp_server import smtp_server  # noqa: F401  (fixture)
 
 
 @pytest.fixture
@@ -50,7 +49,7 @@ def start(installed: Installed, env: dict[str, str]) -> subprocess.Popen[bytes]:
 
 
 @pytest.fixture
-def env(db_url: str, smtp_server: SmtpTestServer, notify_socket: tuple[socket.socket, str]) -> dict[str, str]:  # noqa: F811
+def env(db_url: str, smtp_server: SmtpTestServer, notify_socket: tuple[socket.socket, str]) -> dict[str, str]:
     return base_env(
         OUTBOX_MAILER_DATABASE_URL=db_url, OUTBOX_MAILER_DEFAULT_FROM="app@example.com",
         OUTBOX_MAILER_SMTP__HOST=smtp_server.host, OUTBOX_MAILER_SMTP__PORT=str(smtp_server.port),
@@ -60,7 +59,7 @@ def env(db_url: str, smtp_server: SmtpTestServer, notify_socket: tuple[socket.so
 
 
 def test_two_processes_share_the_work_and_stop_cleanly(
-    installed: Installed, env: dict[str, str], db_url: str, smtp_server: SmtpTestServer,  # noqa: F811
+    installed: Installed, env: dict[str, str], db_url: str, smtp_server: SmtpTestServer,
     notify_socket: tuple[socket.socket, str],
 ) -> None:
     smtp_server.delay("DATA", 0.01)

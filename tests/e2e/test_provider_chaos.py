@@ -19,8 +19,6 @@ import time
 from tests.e2e.chaos import (
     Figures,
     Fleet,
-    figures,  # noqa: F401  (fixture)
-    fleet,  # noqa: F401  (fixture)
     insert_rows,
     kill_repeatedly,
     resend_env,
@@ -30,8 +28,8 @@ from tests.e2e.chaos import (
     wait_until,
 )
 from tests.e2e.conftest import Installed, base_env
-from tests.provider_server import KEY_HEADER, ProviderServer, provider_server  # noqa: F401  (fixture)
-from tests.smtp_server import SmtpTestServer, smtp_server  # noqa: F401  (fixture)
+from tests.provider_server import KEY_HEADER, ProviderServer
+from tests.smtp_server import SmtpTestServer
 
 KILLS = 10
 ROWS = 2000
@@ -44,7 +42,7 @@ def settled(url: str, total: int) -> bool:
 
 
 def test_kill9_ten_times_through_resend_every_key_accepted_exactly_once(
-    db_url: str, fleet: Fleet, figures: Figures  # noqa: F811
+    db_url: str, fleet: Fleet, figures: Figures
 ) -> None:
     seed = random.randrange(1 << 30)
     figures("seed", seed)
@@ -117,7 +115,7 @@ def test_kill9_ten_times_through_resend_every_key_accepted_exactly_once(
 
 
 def test_check_reports_every_transport_and_never_prints_api_keys(
-    installed: Installed, db_url: str, smtp_server: SmtpTestServer, provider_server: ProviderServer  # noqa: F811
+    installed: Installed, db_url: str, smtp_server: SmtpTestServer, provider_server: ProviderServer
 ) -> None:
     env = base_env(
         OUTBOX_MAILER_DATABASE_URL=db_url, OUTBOX_MAILER_SMTP__HOST="127.0.0.1",

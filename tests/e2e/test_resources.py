@@ -14,17 +14,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from tests.conftest import cloned_database
-from tests.e2e.chaos import (
-    Figures,
-    Fleet,
-    daemon_env,
-    figures,  # noqa: F401  (fixture)
-    fleet,  # noqa: F401  (fixture)
-    insert_rows,
-    scalar,
-    sent_count_query,
-)
-from tests.smtp_server import SmtpTestServer, smtp_server  # noqa: F401  (fixture)
+from tests.e2e.chaos import Figures, Fleet, daemon_env, insert_rows, scalar, sent_count_query
+from tests.smtp_server import SmtpTestServer
 
 POOL_SIZE = 8
 RUN_SECONDS = 12.0
@@ -73,8 +64,8 @@ def timed_insert(url: str, n: int, prefix: str) -> float:
 
 
 def test_memory_and_connections_stay_bounded_with_a_200000_row_backlog(
-    db_url: str, pg_server: str, template_db: str, smtp_server: SmtpTestServer,  # noqa: F811
-    fleet: Fleet, figures: Figures,  # noqa: F811
+    db_url: str, pg_server: str, template_db: str, smtp_server: SmtpTestServer,
+    fleet: Fleet, figures: Figures,
 ) -> None:
     fleet.deadline(150)
     insert_rows(db_url, 2_000, "small-")

@@ -11,17 +11,7 @@ import time
 
 import pytest
 
-from tests.e2e.chaos import (  # noqa: F401
-    Figures,
-    Fleet,
-    daemon_env,
-    figures,
-    fleet,
-    insert_rows,
-    sql,
-    status_counts,
-    wait_until,
-)
+from tests.e2e.chaos import Figures, Fleet, daemon_env, insert_rows, sql, status_counts, wait_until
 from tests.provider_server import ProviderServer
 from tests.smtp_server import free_port
 
@@ -30,7 +20,7 @@ RATE, BURST, WINDOW, DAEMONS = 20.0, 2, 10.0, 3
 
 @pytest.mark.alone  # a rate or timing bound: no other test meanwhile (tests/conftest.py)
 def test_three_daemons_limited_to_20_per_second_send_at_most_20_per_second_plus_the_burst(
-        db_url: str, fleet: Fleet, figures: Figures) -> None:  # noqa: F811
+        db_url: str, fleet: Fleet, figures: Figures) -> None:
     fleet.deadline(120)
     server = ProviderServer().start()
     try:

@@ -1,11 +1,14 @@
-"""Fixtures for running the daemon (and the CLI) in-process against the test PostgreSQL and SMTP server, with or
-without its metrics endpoint."""
+"""Fixtures and helpers of the integration tests: the CLI in-process, the daemon with its metrics endpoint,
+the console signed in as an operator, transports aimed at the fake provider server (``api``) and daemons
+sending through them (``daemon``, ``resend``). The daemon sending through SMTP (``running``) is
+tests/in_process_daemon.py's, the servers are tests/smtp_server.py's and tests/provider_server.py's."""
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
 import anyio
@@ -15,30 +18,14 @@ from anyio.abc import TaskStatus
 from outbox_mailer.cli import main
 from outbox_mailer.daemon.metrics import Metrics
 from outbox_mailer.daemon.service import Daemon
-from outbox_mailer.delivery import Transport
-from outbox_mailer.settings.config import Settings
+from outbox_mailer.settings.config import ApiTransportSettings, Settings
 from outbox_mailer.store import Store
+from outbox_mailer.transports.api.http import HttpApiTransport
 from outbox_mailer.transports.smtp import SmtpTransport
 from tests.console_harness import Client, served_console
-from tests.smtp_server import (
-    SmtpTestServer,
-    smtp_server,  # noqa: F401  (fixture)
-)
-from tests.sql_store import SqlStore
-
-
-def settings_for(db_url: str, server: SmtpTestServer, **overrides: Any) -> Settings:
-    values: dict[str, Any] = {
-        "database_url": db_url,
-        "default_from": "App <app@example.com>",
-        "smtp": {"host": server.host, "port": server.port, "tls": "none", "connect_timeout_seconds": 2,
-                 "command_timeout_seconds": 2, "data_timeout_seconds": 2},
-        "retry": {"base_seconds": 0.05, "max_seconds": 0.2},
-        "poll_interval_seconds": 0.5,
-        "shutdown_grace_seconds": 5,
-    }
-    values.update(overrides)
-    return Settings(**values)
+from tests.in_process_daemon import Running, settings_for
+from tests.provider_server import ProviderServer
+from tests.smtp_server import free_port
 
 
 async def cli(*args: str) -> int:
@@ -49,62 +36,6 @@ async def cli(*args: str) -> int:
 async def insert(store: Store, key: str, **cols: Any) -> None:
     row = {"to_addresses": ["to@example.com"], "subject": "hello", "text_body": "body", **cols, "dedupe_key": key}
     assert await store.enqueue(row) is not None
-
-
-class Running:
-    def __init__(self, daemon: Daemon, store: Store) -> None:
-        self.daemon, self.store = daemon, store
-
-    async def wait_for(self, predicate: Callable[[dict[str, dict[str, Any]]], bool], keys: list[str],
-                       timeout: float = 10) -> dict[str, dict[str, Any]]:
-        with anyio.fail_after(timeout):
-            while True:
-                rows = {r["dedupe_key"]: r for r in await self.store.status(keys)}
-                if predicate(rows):
-                    return rows
-                await anyio.sleep(0.05)
-
-    async def final(self, *keys: str, timeout: float = 10) -> dict[str, dict[str, Any]]:
-        return await self.wait_for(
-            lambda rows: len(rows) == len(keys) and all(r["status"] not in ("pending", "sending")
-                                                        for r in rows.values()),
-            list(keys), timeout)
-
-
-@pytest.fixture
-async def store(db_url: str) -> AsyncIterator[SqlStore]:
-    s = await SqlStore.open(db_url)
-    yield s
-    await s.close()
-
-
-@pytest.fixture
-def start(db_url: str, store: Store, smtp_server: SmtpTestServer):  # noqa: F811
-    """start(**settings) runs a daemon for the test's duration; it is stopped and awaited at the end."""
-
-    async def factory(transports: dict[str, Transport] | None = None, **overrides: Any) -> Running:
-        settings = settings_for(db_url, smtp_server, **overrides)
-        transport = SmtpTransport(settings.smtp, bounces=settings.bounces.tags(),
-                                  per_recipient=settings.bounces.per_recipient)
-        daemon = Daemon(settings, {"smtp": transport, **(transports or {})})
-        tg = anyio.create_task_group()
-        await tg.__aenter__()
-        tg.start_soon(daemon.run)
-        stack.append((daemon, tg, transport))
-        return Running(daemon, store)
-
-    stack: list[Any] = []
-    return factory, stack
-
-
-@pytest.fixture
-async def running(start: Any) -> AsyncIterator[Callable[..., Any]]:
-    factory, stack = start
-    yield factory
-    for daemon, tg, transport in reversed(stack):
-        daemon.stop()
-        await tg.__aexit__(None, None, None)
-        await transport.aclose()
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,3 +80,89 @@ async def operator(db_url: str) -> AsyncIterator[Client]:
         await client.login("olga")
         yield client
         await client.aclose()
+
+
+# ---- provider API transports and daemons sending through them -----------------------------
+
+TOKEN = "test"  # the API key the provider server accepts
+
+
+@pytest.fixture
+async def api(provider_server: ProviderServer) -> AsyncIterator[Callable[..., HttpApiTransport]]:
+    """api(kind, **settings) -> an HttpApiTransport aimed at the provider server; closed at the end."""
+    made: list[HttpApiTransport] = []
+
+    def factory(kind: str = "resend", *, name: str | None = None, auth_pause_seconds: float = 300,
+                **settings: Any) -> HttpApiTransport:
+        # one request per email: this module is about single sends (batches: test_daemon_batches.py)
+        values: dict[str, Any] = {"kind": kind, "timeout_seconds": 5, "batch": False}
+        if kind == "http":
+            values["url"] = provider_server.hook_url
+        else:
+            values.update(api_key=TOKEN, base_url=provider_server.base_url)
+        values.update(settings)
+        transport = HttpApiTransport(ApiTransportSettings(**values), name=name or kind,
+                                     auth_pause_seconds=auth_pause_seconds)
+        made.append(transport)
+        return transport
+
+    yield factory
+    for transport in made:
+        await transport.aclose()
+
+
+# The ``running`` fixture builds its Settings without ``transports`` (its own parameter of that name
+# takes transport objects), so a daemon there has no rate limit and no configuration for them: ``daemon``
+# and ``resend`` start theirs with both.
+
+
+@pytest.fixture
+async def daemon(db_url: str, store: Store) -> AsyncIterator[Callable[..., Any]]:
+    """daemon(transports={name: transport}, transport_settings={name: {...}}, **settings) -> Running."""
+    stack: list[tuple[Daemon, Any]] = []
+
+    async def factory(transports: dict[str, Any], transport_settings: dict[str, Any],
+                      default_transport: str = "smtp", **overrides: Any) -> Running:
+        unused_smtp = SimpleNamespace(host="127.0.0.1", port=free_port())
+        settings = settings_for(db_url, unused_smtp, transports=transport_settings,
+                                default_transport=default_transport, **overrides)
+        d = Daemon(settings, transports, default_transport=default_transport)
+        tg = anyio.create_task_group()
+        await tg.__aenter__()
+        tg.start_soon(d.run)
+        stack.append((d, tg))
+        return Running(d, store)
+
+    yield factory
+    for d, tg in reversed(stack):
+        d.stop()
+        await tg.__aexit__(None, None, None)
+
+
+@pytest.fixture
+async def resend(db_url: str) -> AsyncIterator[Callable[..., Any]]:
+    """resend(server, batch=True, **settings) -> a running daemon whose default transport is Resend."""
+    running: list[tuple[Daemon, Any, HttpApiTransport]] = []
+
+    async def start(server: ProviderServer, *, batch: bool = True, rate: float | None = None,
+                    observer: Metrics | None = None, **overrides: Any) -> Daemon:
+        options = {"kind": "resend", "api_key": "test", "base_url": server.base_url, "timeout_seconds": 2,
+                   "batch": batch, "rate_per_second": rate or 1000, "burst": 2 if rate else 100}
+        transport = HttpApiTransport(ApiTransportSettings(**options), name="resend")
+        smtp = {"host": "127.0.0.1", "port": free_port(), "tls": "none", "data_timeout_seconds": 2,
+                "send_timeout_seconds": 2}  # unused
+        settings = settings_for(db_url, SimpleNamespace(host="127.0.0.1", port=0), smtp=smtp,
+                                transports={"resend": options}, default_transport="resend",
+                                concurrency=300, **overrides)
+        daemon = Daemon(settings, {"resend": transport}, default_transport="resend", observer=observer)
+        tg = anyio.create_task_group()
+        await tg.__aenter__()
+        tg.start_soon(daemon.run)
+        running.append((daemon, tg, transport))
+        return daemon
+
+    yield start
+    for daemon, tg, transport in reversed(running):
+        daemon.stop()
+        await tg.__aexit__(None, None, None)
+        await transport.aclose()

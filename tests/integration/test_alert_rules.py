@@ -34,7 +34,8 @@ from outbox_mailer.receiver.server import Receiver, build_app
 from outbox_mailer.serving.http_server import serve_http
 from outbox_mailer.settings.config import Settings
 from outbox_mailer.store import EventStore
-from tests.integration.conftest import insert, metered_daemon, settings_for
+from tests.in_process_daemon import settings_for
+from tests.integration.conftest import insert, metered_daemon
 from tests.smtp_server import SmtpTestServer, free_port
 from tests.sql_store import SqlStore
 

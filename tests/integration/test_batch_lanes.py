@@ -20,10 +20,10 @@ from outbox_mailer.daemon.service import Daemon
 from outbox_mailer.settings.config import ApiTransportSettings
 from outbox_mailer.store import ClaimSession
 from outbox_mailer.transports.api.http import HttpApiTransport
-from tests.integration.conftest import settings_for
-from tests.integration.test_daemon_batches import insert, resend, settled  # noqa: F401 (resend: a fixture)
-from tests.integration.test_http_transports import api, daemon, resend_settings, rows_with  # noqa: F401 (fixtures)
-from tests.provider_server import KEY_HEADER, ProviderServer, provider_server  # noqa: F401 (a fixture)
+from tests.in_process_daemon import settings_for
+from tests.integration.test_daemon_batches import insert, settled
+from tests.integration.test_http_transports import resend_settings, rows_with
+from tests.provider_server import KEY_HEADER, ProviderServer
 from tests.sql_store import SqlStore
 
 pytestmark = pytest.mark.anyio
@@ -40,7 +40,7 @@ def given_back(caplog: pytest.LogCaptureFixture) -> list[str]:
     (0.5, 6, 2, 0.5),  # a request every 2 s (as after throttling): longer than the start window
 ], ids=["two_requests_a_second", "rate_slower_than_the_start_window"])
 async def test_rows_trickling_into_a_rate_limited_batch_lane_are_each_sent_in_one_attempt(
-        store: SqlStore, resend: Any, caplog: pytest.LogCaptureFixture,  # noqa: F811
+        store: SqlStore, resend: Any, caplog: pytest.LogCaptureFixture,
         rate: float, ticks: int, rows_per_tick: int, every: float) -> None:
     caplog.set_level(logging.DEBUG, logger="outbox_mailer")
     server = ProviderServer().start()
@@ -107,7 +107,7 @@ async def test_a_member_too_old_to_start_is_left_out_of_its_batch_untried_and_th
 
 @pytest.mark.alone  # a 1 s start window against a 2 s rate: a claim delayed by another test's load misses its slot
 async def test_rows_of_a_lane_waiting_for_its_rate_are_not_claimed_while_another_transport_has_room(
-        api: Any, daemon: Any, provider_server: ProviderServer,  # noqa: F811
+        api: Any, daemon: Any, provider_server: ProviderServer,
         caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG, logger="outbox_mailer")
     slow = resend_settings(provider_server, rate_per_second=0.5, burst=1, batch=True)  # a request every 2 s

@@ -26,7 +26,7 @@ WHERE l.locktype = 'advisory' AND ((l.classid::bigint << 32) | l.objid::bigint) 
 
 
 async def test_committed_rows_are_delivered_once_with_their_message_id(
-    running: Any, store: Store, smtp_server: SmtpTestServer  # noqa: F811
+    running: Any, store: Store, smtp_server: SmtpTestServer
 ) -> None:
     for i in range(20):
         await insert(store, f"k{i}")
@@ -50,7 +50,7 @@ async def test_notify_wakes_an_idle_daemon(running: Any, store: Store) -> None:
 
 
 async def test_transient_reply_is_retried_with_the_same_message_id(
-    running: Any, store: Store, smtp_server: SmtpTestServer  # noqa: F811
+    running: Any, store: Store, smtp_server: SmtpTestServer
 ) -> None:
     smtp_server.fail("RCPT", "451 4.7.1 greylisted", times=2)
     await insert(store, "grey")
@@ -63,7 +63,7 @@ async def test_transient_reply_is_retried_with_the_same_message_id(
 
 
 async def test_permanent_reply_fails_the_row_and_keeps_the_reason(
-    running: Any, store: Store, smtp_server: SmtpTestServer  # noqa: F811
+    running: Any, store: Store, smtp_server: SmtpTestServer
 ) -> None:
     smtp_server.fail("RCPT", "550 5.1.1 no such user", address="gone@example.com")
     await insert(store, "bounce", to_addresses=["gone@example.com"])
@@ -74,7 +74,7 @@ async def test_permanent_reply_fails_the_row_and_keeps_the_reason(
     assert rows["fine"]["status"] == "sent"
 
 
-async def test_attempts_run_out(running: Any, store: Store, smtp_server: SmtpTestServer) -> None:  # noqa: F811
+async def test_attempts_run_out(running: Any, store: Store, smtp_server: SmtpTestServer) -> None:
     smtp_server.fail("MAIL", "421 4.3.2 shutting down")
     await insert(store, "never", max_attempts=3)
     r = await running()
@@ -96,7 +96,7 @@ async def test_attempts_run_out(running: Any, store: Store, smtp_server: SmtpTes
     ],
 )
 async def test_rows_that_cannot_be_composed_fail_and_the_rest_go_on(
-    running: Any, store: Store, smtp_server: SmtpTestServer, cols: dict[str, Any], field: str,  # noqa: F811
+    running: Any, store: Store, smtp_server: SmtpTestServer, cols: dict[str, Any], field: str,
     refused_by: str | None,
 ) -> None:
     """What SQL can judge is refused at INSERT (schema 12); the daemon still fails such a row written
@@ -117,7 +117,7 @@ async def test_rows_that_cannot_be_composed_fail_and_the_rest_go_on(
 
 
 async def test_oversize_message_fails_without_sending(
-    running: Any, store: Store, smtp_server: SmtpTestServer  # noqa: F811
+    running: Any, store: Store, smtp_server: SmtpTestServer
 ) -> None:
     await insert(store, "huge", text_body="x" * 300_000)
     r = await running(max_message_bytes=100_000)
@@ -127,7 +127,7 @@ async def test_oversize_message_fails_without_sending(
 
 
 async def test_expired_row_fails_without_sending(
-    running: Any, store: Store, smtp_server: SmtpTestServer  # noqa: F811
+    running: Any, store: Store, smtp_server: SmtpTestServer
 ) -> None:
     await store.execute(
         "INSERT INTO email_deliveries (dedupe_key, to_addresses, subject, text_body, expires_at) "
@@ -141,7 +141,7 @@ async def test_expired_row_fails_without_sending(
 
 
 async def test_ambiguous_outcome_is_held_with_policy_hold(
-    running: Any, store: Store, smtp_server: SmtpTestServer  # noqa: F811
+    running: Any, store: Store, smtp_server: SmtpTestServer
 ) -> None:
     smtp_server.drop("DATA")
     await insert(store, "unsure")
@@ -153,7 +153,7 @@ async def test_ambiguous_outcome_is_held_with_policy_hold(
 
 
 async def test_stop_finishes_in_flight_sends_and_records_them(
-    running: Any, store: Store, smtp_server: SmtpTestServer  # noqa: F811
+    running: Any, store: Store, smtp_server: SmtpTestServer
 ) -> None:
     smtp_server.delay("DATA", 0.7)
     await insert(store, "slow")
@@ -166,7 +166,7 @@ async def test_stop_finishes_in_flight_sends_and_records_them(
 
 
 async def test_stop_after_grace_leaves_the_row_to_the_rescuer(
-    running: Any, store: Store, smtp_server: SmtpTestServer, db_url: str  # noqa: F811
+    running: Any, store: Store, smtp_server: SmtpTestServer, db_url: str
 ) -> None:
     smtp_server.delay("DATA", 1.5)
     await insert(store, "stuck")
@@ -190,7 +190,7 @@ async def test_stop_after_grace_leaves_the_row_to_the_rescuer(
 
 
 async def test_a_row_still_waiting_for_a_connection_when_the_grace_ends_goes_back_unattempted(
-    running: Any, store: Store, smtp_server: SmtpTestServer  # noqa: F811
+    running: Any, store: Store, smtp_server: SmtpTestServer
 ) -> None:
     # one connection, stuck in DATA; the gate holds the next claimed row ready for it
     smtp_server.delay("DATA", 1.5)
@@ -214,7 +214,7 @@ async def test_a_row_still_waiting_for_a_connection_when_the_grace_ends_goes_bac
 
 
 async def test_smtp_idempotency_header_carries_the_dedupe_key(
-    running: Any, store: Store, smtp_server: SmtpTestServer  # noqa: F811
+    running: Any, store: Store, smtp_server: SmtpTestServer
 ) -> None:
     await insert(store, "order-42-confirmation")
     await insert(store, "ключ-1")  # not ASCII: a stable digest goes instead
@@ -245,7 +245,7 @@ async def test_an_idle_daemon_holds_no_advisory_locks(running: Any, store: Store
 
 
 async def test_sent_rows_log_at_debug_and_retries_at_info(
-    running: Any, store: Store, smtp_server: SmtpTestServer, caplog: pytest.LogCaptureFixture  # noqa: F811
+    running: Any, store: Store, smtp_server: SmtpTestServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG, logger="outbox_mailer")
     smtp_server.fail("RCPT", "451 4.7.1 greylisted", times=1)

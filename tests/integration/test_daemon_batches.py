@@ -8,7 +8,6 @@ the provider delivers each email once.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
 from types import SimpleNamespace
 from typing import Any
 
@@ -16,45 +15,12 @@ import anyio
 import pytest
 
 from outbox_mailer.daemon.metrics import Metrics
-from outbox_mailer.daemon.service import Daemon
 from outbox_mailer.providers.seam import batch_idempotency_key
-from outbox_mailer.settings.config import ApiTransportSettings
-from outbox_mailer.transports.api.http import HttpApiTransport
-from tests.integration.conftest import settings_for
-from tests.integration.test_http_transports import free_port
+from tests.in_process_daemon import settings_for
 from tests.provider_server import KEY_HEADER, ProviderServer
 from tests.sql_store import SqlStore
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-async def resend(db_url: str) -> AsyncIterator[Callable[..., Any]]:
-    """resend(server, batch=True, **settings) -> a running daemon whose default transport is Resend."""
-    running: list[tuple[Daemon, Any, HttpApiTransport]] = []
-
-    async def start(server: ProviderServer, *, batch: bool = True, rate: float | None = None,
-                    observer: Metrics | None = None, **overrides: Any) -> Daemon:
-        options = {"kind": "resend", "api_key": "test", "base_url": server.base_url, "timeout_seconds": 2,
-                   "batch": batch, "rate_per_second": rate or 1000, "burst": 2 if rate else 100}
-        transport = HttpApiTransport(ApiTransportSettings(**options), name="resend")
-        smtp = {"host": "127.0.0.1", "port": free_port(), "tls": "none", "data_timeout_seconds": 2,
-                "send_timeout_seconds": 2}  # unused
-        settings = settings_for(db_url, SimpleNamespace(host="127.0.0.1", port=0), smtp=smtp,
-                                transports={"resend": options}, default_transport="resend",
-                                concurrency=300, **overrides)
-        daemon = Daemon(settings, {"resend": transport}, default_transport="resend", observer=observer)
-        tg = anyio.create_task_group()
-        await tg.__aenter__()
-        tg.start_soon(daemon.run)
-        running.append((daemon, tg, transport))
-        return daemon
-
-    yield start
-    for daemon, tg, transport in reversed(running):
-        daemon.stop()
-        await tg.__aexit__(None, None, None)
-        await transport.aclose()
 
 
 async def insert(store: SqlStore, n: int, prefix: str = "b", **columns: str) -> list[str]:

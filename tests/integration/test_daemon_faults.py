@@ -24,7 +24,7 @@ pytestmark = pytest.mark.anyio
 
 
 async def test_unreachable_server_pauses_the_transport_without_charging_attempts(
-    running: Any, store: Store, smtp_server: SmtpTestServer  # noqa: F811
+    running: Any, store: Store, smtp_server: SmtpTestServer
 ) -> None:
     port = free_port()  # nothing listens here yet
     for i in range(5):
@@ -75,7 +75,7 @@ async def test_a_poison_row_fails_alone_and_the_daemon_goes_on(running: Any, sto
     assert (await r.final("after"))["after"]["status"] == "sent"
 
 
-async def test_daemon_survives_a_postgresql_restart(smtp_server: SmtpTestServer) -> None:  # noqa: F811
+async def test_daemon_survives_a_postgresql_restart(smtp_server: SmtpTestServer) -> None:
     smtp_server.delay("DATA", 0.02)
     with TemporaryPostgres() as pg:
         store = await SqlStore.open(pg.url)

@@ -20,7 +20,8 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from outbox_mailer.daemon.service import Daemon
 from outbox_mailer.daemon.transport_factory import build_transports
 from outbox_mailer.store import Store
-from tests.integration.conftest import Running, insert, settings_for
+from tests.in_process_daemon import Running, settings_for
+from tests.integration.conftest import insert
 from tests.smtp_server import SmtpTestServer
 
 pytestmark = pytest.mark.anyio

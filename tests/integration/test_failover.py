@@ -19,7 +19,8 @@ from outbox_mailer.settings.config import ApiTransportSettings
 from outbox_mailer.store import ClaimSession, Store
 from outbox_mailer.transports.api.http import HttpApiTransport
 from outbox_mailer.transports.smtp import SmtpTransport
-from tests.integration.conftest import Running, insert, settings_for
+from tests.in_process_daemon import Running, settings_for
+from tests.integration.conftest import insert
 from tests.integration.test_store import write_for
 from tests.provider_server import ProviderServer
 from tests.smtp_server import SmtpTestServer, free_port, running_smtp_server
@@ -34,7 +35,7 @@ def backup() -> Iterator[SmtpTestServer]:
 
 
 @pytest.fixture
-async def failover(db_url: str, store: Store, smtp_server: SmtpTestServer,  # noqa: F811
+async def failover(db_url: str, store: Store, smtp_server: SmtpTestServer,
                    backup: SmtpTestServer) -> AsyncIterator[Callable[..., Any]]:
     """failover(backup_options, **settings): a daemon whose smtp transport (the test's smtp_server)
     falls back to "backup", a second SMTP server (``backup_options``: more of its settings)."""

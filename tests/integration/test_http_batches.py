@@ -23,13 +23,12 @@ from outbox_mailer.message.compose import compose
 from outbox_mailer.providers.seam import batch_idempotency_key
 from outbox_mailer.settings.config import ApiTransportSettings
 from outbox_mailer.transports.api.http import HttpApiTransport
-from tests.integration.test_http_transports import free_port
+from tests.integration.conftest import TOKEN
 from tests.message_ids import claimed_message_id
-from tests.provider_server import KEY_HEADER, ProviderServer, provider_server  # noqa: F401  (fixture)
+from tests.provider_server import KEY_HEADER, ProviderServer
+from tests.smtp_server import free_port
 
 pytestmark = pytest.mark.anyio
-
-TOKEN = "test"  # what the provider server accepts
 
 
 def make_delivery(key: str, to: str | None = None, **overrides: Any) -> Delivery:
@@ -73,8 +72,8 @@ def causes(outcomes: list[BatchOutcome]) -> list[Any]:
 
 
 @pytest.fixture
-async def api(provider_server: ProviderServer) -> AsyncIterator[Callable[..., HttpApiTransport]]:  # noqa: F811
-    """api(kind, server=..., **settings) -> an HttpApiTransport aimed at a provider server; closed at the end."""
+async def batch_api(provider_server: ProviderServer) -> AsyncIterator[Callable[..., HttpApiTransport]]:
+    """batch_api(kind, server=..., **settings) -> an HttpApiTransport aimed at a provider server; closed at the end."""
     made: list[HttpApiTransport] = []
 
     def factory(kind: str = "resend", *, server: ProviderServer | None = None, **settings: Any) -> HttpApiTransport:
@@ -107,29 +106,29 @@ def limited_server() -> Iterator[ProviderServer]:
 # ---- what batches, and when ----------------------------------------------------------------------
 
 
-async def test_batch_limit_follows_the_kind_and_the_setting(api: Any) -> None:
-    assert (api("resend").batch_limit, api("postmark").batch_limit) == (100, 500)
-    assert (api("sendgrid").batch_limit, api("http").batch_limit, api("resend", batch=False).batch_limit) == (0, 0, 0)
+async def test_batch_limit_follows_the_kind_and_the_setting(batch_api: Any) -> None:
+    assert (batch_api("resend").batch_limit, batch_api("postmark").batch_limit) == (100, 500)
+    assert (batch_api("sendgrid").batch_limit, batch_api("http").batch_limit, batch_api("resend", batch=False).batch_limit) == (0, 0, 0)
     plain, attached = make_delivery("b-1"), make_delivery("b-2", attachments=[
         {"filename": "r.pdf", "content_type": "application/pdf", "content_base64": "JVBERg=="}])
-    assert api("resend").batchable(message_for(plain), plain)
-    assert not api("resend").batchable(message_for(attached), attached)  # Resend: attachments go singly
-    assert api("postmark").batchable(message_for(attached), attached)
-    assert not api("resend", batch=False).batchable(message_for(plain), plain)
-    assert not api("sendgrid").batchable(message_for(plain), plain)
+    assert batch_api("resend").batchable(message_for(plain), plain)
+    assert not batch_api("resend").batchable(message_for(attached), attached)  # Resend: attachments go singly
+    assert batch_api("postmark").batchable(message_for(attached), attached)
+    assert not batch_api("resend", batch=False).batchable(message_for(plain), plain)
+    assert not batch_api("sendgrid").batchable(message_for(plain), plain)
 
 
-async def test_send_batch_refuses_members_that_break_its_contract(api: Any, provider_server: ProviderServer  # noqa: F811
+async def test_send_batch_refuses_members_that_break_its_contract(batch_api: Any, provider_server: ProviderServer
                                                                   ) -> None:
     batch = Batch.of("c", 2)
     with pytest.raises(ValueError, match="does not batch"):
-        await batch.send(api("resend", batch=False))
+        await batch.send(batch_api("resend", batch=False))
     with pytest.raises(ValueError, match="cannot go in a batch"):
         attached = make_delivery("c-att", attachments=[
             {"filename": "r.pdf", "content_type": "application/pdf", "content_base64": "JVBERg=="}])
-        await Batch(*batch.deliveries, attached).send(api())
+        await Batch(*batch.deliveries, attached).send(batch_api())
     with pytest.raises(ValueError, match="takes 1-100 members"):
-        await api().send_batch(batch.messages, batch.deliveries[:1], batch.key)
+        await batch_api().send_batch(batch.messages, batch.deliveries[:1], batch.key)
     assert provider_server.sends() == []
 
 
@@ -137,9 +136,9 @@ async def test_send_batch_refuses_members_that_break_its_contract(api: Any, prov
 
 
 async def test_resend_batch_is_one_request_under_the_batch_key_and_each_member_gets_its_id(
-        api: Any, provider_server: ProviderServer) -> None:  # noqa: F811
+        batch_api: Any, provider_server: ProviderServer) -> None:
     batch = Batch.of("r", 3)
-    outcomes = await batch.send(api())
+    outcomes = await batch.send(batch_api())
     assert causes(outcomes) == [Cause.SENT] * 3
     ids = [o.provider_message_id for o in outcomes]  # type: ignore[union-attr]
     assert all(ids) and len(set(ids)) == 3
@@ -152,8 +151,8 @@ async def test_resend_batch_is_one_request_under_the_batch_key_and_each_member_g
 
 
 async def test_resend_batch_sent_again_with_the_same_key_is_replayed_and_delivers_nothing_again(
-        api: Any, provider_server: ProviderServer) -> None:  # noqa: F811
-    transport, batch = api(), Batch.of("rr", 3)
+        batch_api: Any, provider_server: ProviderServer) -> None:
+    transport, batch = batch_api(), Batch.of("rr", 3)
     first, second = await batch.send(transport), await batch.send(transport)
     assert causes(first) == causes(second) == [Cause.SENT] * 3
     assert [o.provider_message_id for o in first] == [o.provider_message_id for o in second]  # type: ignore[union-attr]
@@ -162,9 +161,9 @@ async def test_resend_batch_sent_again_with_the_same_key_is_replayed_and_deliver
 
 @pytest.mark.parametrize("fault", ["accept_500", "accept_drop", "drop"])
 async def test_resend_batch_without_a_good_answer_is_ambiguous_and_its_replay_delivers_each_email_once(
-        api: Any, provider_server: ProviderServer, fault: str) -> None:  # noqa: F811
+        batch_api: Any, provider_server: ProviderServer, fault: str) -> None:
     provider_server.add_fault(fault, count=1)  # faults apply to batch paths too
-    transport, batch = api(), Batch.of(f"amb-{fault}", 3)
+    transport, batch = batch_api(), Batch.of(f"amb-{fault}", 3)
     outcomes = await batch.send(transport)
     assert causes(outcomes) == [Cause.AMBIGUOUS] * 3
     assert all(o.charge_attempt and o.resend_safe_until is not None  # type: ignore[union-attr]
@@ -178,9 +177,9 @@ async def test_resend_batch_without_a_good_answer_is_ambiguous_and_its_replay_de
 
 
 async def test_resend_batch_without_an_answer_in_time_is_ambiguous_and_the_replay_is_absorbed(
-        api: Any, provider_server: ProviderServer) -> None:  # noqa: F811
+        batch_api: Any, provider_server: ProviderServer) -> None:
     provider_server.add_fault("slow", delay=1.5, count=1)
-    transport, batch = api(timeout_seconds=0.5), Batch.of("slow", 2)
+    transport, batch = batch_api(timeout_seconds=0.5), Batch.of("slow", 2)
     outcomes = await batch.send(transport)
     assert provider_server.keys[batch.key].in_progress, "the client gave up while the provider still held the request"
     assert causes(outcomes) == [Cause.AMBIGUOUS] * 2
@@ -192,14 +191,14 @@ async def test_resend_batch_without_an_answer_in_time_is_ambiguous_and_the_repla
     assert provider_server.accepted == {key: 1 for key in batch.keys} and provider_server.replays == 1
 
 
-async def test_batch_to_a_server_that_is_not_there_is_unreachable_for_every_member(api: Any) -> None:
-    outcomes = await Batch.of("gone", 2).send(api(base_url=f"http://127.0.0.1:{free_port()}"))
+async def test_batch_to_a_server_that_is_not_there_is_unreachable_for_every_member(batch_api: Any) -> None:
+    outcomes = await Batch.of("gone", 2).send(batch_api(base_url=f"http://127.0.0.1:{free_port()}"))
     assert causes(outcomes) == [Cause.UNREACHABLE] * 2 and not any(o.charge_attempt for o in outcomes)  # type: ignore[union-attr]
 
 
 async def test_resend_two_requests_per_second_limit_answers_429_and_the_batch_goes_later(
-        api: Any, limited_server: ProviderServer) -> None:
-    transport = api(server=limited_server)
+        batch_api: Any, limited_server: ProviderServer) -> None:
+    transport = batch_api(server=limited_server)
     batches = [Batch.of(f"rate{n}", 5) for n in range(3)]
     first, second, third = [await batch.send(transport) for batch in batches]
     assert causes(first) == causes(second) == [Cause.SENT] * 5
@@ -213,20 +212,20 @@ async def test_resend_two_requests_per_second_limit_answers_429_and_the_batch_go
 
 
 async def test_resend_permissive_validation_fails_only_the_invalid_member(
-        api: Any, provider_server: ProviderServer) -> None:  # noqa: F811
+        batch_api: Any, provider_server: ProviderServer) -> None:
     batch = Batch(make_delivery("pv-0"), make_delivery("pv-1", to="malformed@example.com"), make_delivery("pv-2"))
-    outcomes = await batch.send(api())
+    outcomes = await batch.send(batch_api())
     assert causes(outcomes) == [Cause.SENT, Cause.PERMANENT, Cause.SENT]
     assert "batch item 1: Invalid `to` field." in outcomes[1].error  # type: ignore[union-attr,operator]
     assert provider_server.accepted_by_header == {"pv-0": 1, "pv-2": 1}
 
 
 async def test_resend_batch_refused_as_a_whole_sends_each_member_singly_and_each_is_delivered_once(
-        api: Any, provider_server: ProviderServer) -> None:  # noqa: F811
+        batch_api: Any, provider_server: ProviderServer) -> None:
     provider_server.add_fault("reply", status=422, body={"statusCode": 422, "name": "validation_error",
                                                          "message": f"bad batch for key {TOKEN}"}, count=1,
                               paths=("/emails/batch",))
-    transport, batch = api(), Batch.of("whole", 3)
+    transport, batch = batch_api(), Batch.of("whole", 3)
     outcomes = await batch.send(transport)
     assert causes(outcomes) == [SendSingly] * 3 and provider_server.accepted == {}
     assert all(o.reply_code == 422 and "bad batch for key **********" in o.reason  # type: ignore[union-attr]
@@ -238,8 +237,8 @@ async def test_resend_batch_refused_as_a_whole_sends_each_member_singly_and_each
 
 
 async def test_resend_batch_key_reused_with_another_payload_is_ambiguous_and_sends_nothing(
-        api: Any, provider_server: ProviderServer) -> None:  # noqa: F811
-    transport, batch = api(), Batch.of("conf", 2)
+        batch_api: Any, provider_server: ProviderServer) -> None:
+    transport, batch = batch_api(), Batch.of("conf", 2)
     assert causes(await batch.send(transport)) == [Cause.SENT] * 2
     changed = Batch(make_delivery("conf-0", subject="another subject"), batch.deliveries[1])
     outcomes = await transport.send_batch(changed.messages, changed.deliveries, batch.key)
@@ -247,14 +246,14 @@ async def test_resend_batch_key_reused_with_another_payload_is_ambiguous_and_sen
     assert provider_server.conflicts == 1 and provider_server.accepted == {key: 1 for key in batch.keys}
 
 
-async def test_resend_with_a_wrong_key_pauses_every_member_and_never_shows_the_key(api: Any) -> None:
-    outcomes = await Batch.of("auth", 2).send(api(api_key="re_wrong_secret"))
+async def test_resend_with_a_wrong_key_pauses_every_member_and_never_shows_the_key(batch_api: Any) -> None:
+    outcomes = await Batch.of("auth", 2).send(batch_api(api_key="re_wrong_secret"))
     assert causes(outcomes) == [Cause.PAUSED] * 2
     assert all("re_wrong_secret" not in o.error and not o.charge_attempt for o in outcomes)  # type: ignore[union-attr,operator]
 
 
-async def test_closed_transport_holds_every_member_back(api: Any, provider_server: ProviderServer) -> None:  # noqa: F811
-    transport = api()
+async def test_closed_transport_holds_every_member_back(batch_api: Any, provider_server: ProviderServer) -> None:
+    transport = batch_api()
     await transport.aclose()
     assert causes(await Batch.of("closed", 2).send(transport)) == [Cause.HELD_BACK] * 2
     assert provider_server.sends() == []
@@ -264,9 +263,9 @@ async def test_closed_transport_holds_every_member_back(api: Any, provider_serve
 
 
 async def test_the_fake_refuses_attachments_and_more_than_a_hundred_emails_in_a_resend_batch(
-        api: Any, provider_server: ProviderServer) -> None:  # noqa: F811
+        batch_api: Any, provider_server: ProviderServer) -> None:
     ok = make_delivery("ok")
-    good = api().provider._document(message_for(ok).fields, ok)  # what send_batch would carry for it
+    good = batch_api().provider._document(message_for(ok).fields, ok)  # what send_batch would carry for it
     attached = {**good, "headers": {KEY_HEADER: "att"}, "attachments": [{"filename": "r.pdf", "content": "JVBERg=="}]}
     document = [good, attached]
     headers = {"Authorization": f"Bearer {TOKEN}", "Idempotency-Key": "k-att"}
@@ -287,10 +286,10 @@ async def test_the_fake_refuses_attachments_and_more_than_a_hundred_emails_in_a_
 
 
 async def test_postmark_batch_gives_each_member_the_outcome_of_its_own_error_code(
-        api: Any, provider_server: ProviderServer) -> None:  # noqa: F811
+        batch_api: Any, provider_server: ProviderServer) -> None:
     batch = Batch(make_delivery("pm-0"), make_delivery("pm-1", to="inactive@example.com"),
                   make_delivery("pm-2", to="malformed@example.com"), make_delivery("pm-3"))
-    outcomes = await batch.send(api("postmark"))
+    outcomes = await batch.send(batch_api("postmark"))
     assert causes(outcomes) == [Cause.SENT, Cause.PERMANENT, Cause.PERMANENT, Cause.SENT]
     assert "ErrorCode 406" in outcomes[1].error and "ErrorCode 300" in outcomes[2].error  # type: ignore[union-attr,operator]
     assert all(o.provider_message_id for o in (outcomes[0], outcomes[3]))  # type: ignore[union-attr]
@@ -300,15 +299,15 @@ async def test_postmark_batch_gives_each_member_the_outcome_of_its_own_error_cod
 
 
 async def test_postmark_batch_5xx_is_ambiguous_without_a_safe_resend(
-        api: Any, provider_server: ProviderServer) -> None:  # noqa: F811
+        batch_api: Any, provider_server: ProviderServer) -> None:
     provider_server.add_fault("accept_500", count=1)
     batch = Batch.of("pm5", 2)
-    outcomes = await batch.send(api("postmark"))
+    outcomes = await batch.send(batch_api("postmark"))
     assert causes(outcomes) == [Cause.AMBIGUOUS] * 2
     assert all(o.resend_safe_until is None for o in outcomes)  # type: ignore[union-attr]  # in_doubt decides
     assert provider_server.accepted_by_header == {key: 1 for key in batch.keys}  # it had been accepted
 
 
-async def test_postmark_batch_with_a_wrong_token_pauses_every_member(api: Any) -> None:
-    outcomes = await Batch.of("pmauth", 3).send(api("postmark", api_key="wrong"))
+async def test_postmark_batch_with_a_wrong_token_pauses_every_member(batch_api: Any) -> None:
+    outcomes = await Batch.of("pmauth", 3).send(batch_api("postmark", api_key="wrong"))
     assert causes(outcomes) == [Cause.PAUSED] * 3

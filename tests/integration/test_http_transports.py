@@ -10,38 +10,26 @@ from __future__ import annotations
 
 import json
 import logging
-import socket
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
-from types import SimpleNamespace
 from typing import Any
 
 import anyio
 import pytest
 
-from outbox_mailer.daemon.service import Daemon
 from outbox_mailer.delivery import ComposedMessage, Delivery, OutcomeKind
 from outbox_mailer.errors import TransportUnavailable
 from outbox_mailer.message.compose import compose
-from outbox_mailer.settings.config import ApiTransportSettings
 from outbox_mailer.store import Store
 from outbox_mailer.transports.api.http import HttpApiTransport
-from tests.integration.conftest import Running, insert, settings_for
+from tests.in_process_daemon import Running
+from tests.integration.conftest import TOKEN, insert
 from tests.message_ids import claimed_message_id
-from tests.provider_server import KEY_HEADER, ProviderServer, provider_server  # noqa: F401  (fixture)
+from tests.provider_server import KEY_HEADER, ProviderServer
+from tests.smtp_server import free_port
 
 pytestmark = pytest.mark.anyio
-
-TOKEN = "test"  # what the provider server accepts
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def make_delivery(key: str = "key-1", **overrides: Any) -> Delivery:
     now = datetime.now(UTC)
@@ -62,30 +50,6 @@ def message_for(delivery: Delivery) -> ComposedMessage:
                    now=datetime.now(UTC))
 
 
-@pytest.fixture
-async def api(provider_server: ProviderServer) -> AsyncIterator[Callable[..., HttpApiTransport]]:  # noqa: F811
-    """api(kind, **settings) -> an HttpApiTransport aimed at the provider server; closed at the end."""
-    made: list[HttpApiTransport] = []
-
-    def factory(kind: str = "resend", *, name: str | None = None, auth_pause_seconds: float = 300,
-                **settings: Any) -> HttpApiTransport:
-        # one request per email: this module is about single sends (batches: test_daemon_batches.py)
-        values: dict[str, Any] = {"kind": kind, "timeout_seconds": 5, "batch": False}
-        if kind == "http":
-            values["url"] = provider_server.hook_url
-        else:
-            values.update(api_key=TOKEN, base_url=provider_server.base_url)
-        values.update(settings)
-        transport = HttpApiTransport(ApiTransportSettings(**values), name=name or kind,
-                                     auth_pause_seconds=auth_pause_seconds)
-        made.append(transport)
-        return transport
-
-    yield factory
-    for transport in made:
-        await transport.aclose()
-
-
 async def send(transport: HttpApiTransport, delivery: Delivery) -> Any:
     return await transport.send(message_for(delivery), delivery)
 
@@ -93,7 +57,7 @@ async def send(transport: HttpApiTransport, delivery: Delivery) -> Any:
 # ---- Resend, one send at a time ---------------------------------------------------------------
 
 
-async def test_resend_sent_with_key_and_bearer(api: Any, provider_server: ProviderServer) -> None:  # noqa: F811
+async def test_resend_sent_with_key_and_bearer(api: Any, provider_server: ProviderServer) -> None:
     outcome = await send(api(), make_delivery("r-1"))
     assert outcome.kind is OutcomeKind.SENT and outcome.reply_code == 200 and outcome.provider_message_id
     [request] = provider_server.sends("/emails")
@@ -105,7 +69,7 @@ async def test_resend_sent_with_key_and_bearer(api: Any, provider_server: Provid
 
 
 async def test_resend_repeat_with_the_same_key_is_replayed_and_accepted_once(
-        api: Any, provider_server: ProviderServer) -> None:  # noqa: F811
+        api: Any, provider_server: ProviderServer) -> None:
     transport, delivery = api(), make_delivery("r-2")
     first, second = await send(transport, delivery), await send(transport, delivery)
     assert first.kind is second.kind is OutcomeKind.SENT
@@ -113,7 +77,7 @@ async def test_resend_repeat_with_the_same_key_is_replayed_and_accepted_once(
     assert provider_server.accepted == {"r-2": 1} and provider_server.replays == 1
 
 
-async def test_resend_same_key_other_payload_is_permanent(api: Any, provider_server: ProviderServer) -> None:  # noqa: F811
+async def test_resend_same_key_other_payload_is_permanent(api: Any, provider_server: ProviderServer) -> None:
     transport = api()
     assert (await send(transport, make_delivery("r-3"))).kind is OutcomeKind.SENT
     outcome = await send(transport, make_delivery("r-3", subject="another subject"))
@@ -121,7 +85,7 @@ async def test_resend_same_key_other_payload_is_permanent(api: Any, provider_ser
     assert "invalid_idempotent_request" in outcome.error and provider_server.conflicts == 1
 
 
-async def test_resend_same_key_while_in_progress_is_transient(api: Any, provider_server: ProviderServer) -> None:  # noqa: F811
+async def test_resend_same_key_while_in_progress_is_transient(api: Any, provider_server: ProviderServer) -> None:
     provider_server.add_fault("slow", delay=1.0, count=1)
     transport, delivery = api(), make_delivery("r-4")
     outcomes: list[Any] = []
@@ -141,7 +105,7 @@ async def test_resend_same_key_while_in_progress_is_transient(api: Any, provider
 
 
 @pytest.mark.parametrize(("status", "name"), [(422, "validation_error"), (400, "invalid_attachment")])
-async def test_resend_refused_request_is_permanent(api: Any, provider_server: ProviderServer, status: int,  # noqa: F811
+async def test_resend_refused_request_is_permanent(api: Any, provider_server: ProviderServer, status: int,
                                                    name: str) -> None:
     provider_server.add_fault("reply", status=status, body={"statusCode": status, "name": name, "message": "no"},
                               count=1)
@@ -149,7 +113,7 @@ async def test_resend_refused_request_is_permanent(api: Any, provider_server: Pr
     assert outcome.kind is OutcomeKind.PERMANENT and outcome.reply_code == status and name in outcome.error
 
 
-async def test_resend_429_is_transient_with_retry_after(api: Any, provider_server: ProviderServer) -> None:  # noqa: F811
+async def test_resend_429_is_transient_with_retry_after(api: Any, provider_server: ProviderServer) -> None:
     provider_server.add_fault("reply", status=429, body={"name": "rate_limit_exceeded", "message": "Too many"},
                               headers={"Retry-After": "2"}, count=1)
     outcome = await send(api(), make_delivery())
@@ -157,14 +121,14 @@ async def test_resend_429_is_transient_with_retry_after(api: Any, provider_serve
     assert outcome.pause_seconds is None and provider_server.accepted == {}
 
 
-async def test_resend_quota_pauses(api: Any, provider_server: ProviderServer) -> None:  # noqa: F811
+async def test_resend_quota_pauses(api: Any, provider_server: ProviderServer) -> None:
     provider_server.add_fault("reply", status=429, body={"name": "daily_quota_exceeded", "message": "quota"},
                               headers={"Retry-After": "60"}, count=1)
     outcome = await send(api(), make_delivery())
     assert outcome.pause_seconds == 60 and not outcome.charge_attempt
 
 
-async def test_resend_wrong_key_pauses_and_never_shows_the_key(api: Any, provider_server: ProviderServer) -> None:  # noqa: F811
+async def test_resend_wrong_key_pauses_and_never_shows_the_key(api: Any, provider_server: ProviderServer) -> None:
     outcome = await send(api(api_key="re_wrong_secret"), make_delivery())
     assert outcome.kind is OutcomeKind.TRANSIENT and outcome.pause_seconds == 300 and not outcome.charge_attempt
     assert outcome.reply_code == 403 and "credentials refused: check api_key" in outcome.error
@@ -173,7 +137,7 @@ async def test_resend_wrong_key_pauses_and_never_shows_the_key(api: Any, provide
 
 @pytest.mark.parametrize("fault", ["accept_500", "accept_drop"])
 async def test_resend_accepted_then_lost_answer_is_ambiguous_and_a_resend_is_absorbed(
-        api: Any, provider_server: ProviderServer, fault: str) -> None:  # noqa: F811
+        api: Any, provider_server: ProviderServer, fault: str) -> None:
     provider_server.add_fault(fault, count=1)
     transport, delivery = api(), make_delivery("r-5")
     outcome = await send(transport, delivery)
@@ -186,7 +150,7 @@ async def test_resend_accepted_then_lost_answer_is_ambiguous_and_a_resend_is_abs
     assert provider_server.accepted == {"r-5": 1} and provider_server.replays == 1
 
 
-async def test_resend_no_answer_within_the_timeout_is_ambiguous(api: Any, provider_server: ProviderServer) -> None:  # noqa: F811
+async def test_resend_no_answer_within_the_timeout_is_ambiguous(api: Any, provider_server: ProviderServer) -> None:
     provider_server.add_fault("slow", delay=1.5, count=1)
     outcome = await send(api(timeout_seconds=0.5), make_delivery())
     [request] = provider_server.keys.values()
@@ -201,7 +165,7 @@ async def test_unreachable_server_is_transient_and_not_charged(api: Any) -> None
     assert "ConnectError" in outcome.error
 
 
-async def test_resend_check(api: Any, provider_server: ProviderServer) -> None:  # noqa: F811
+async def test_resend_check(api: Any, provider_server: ProviderServer) -> None:
     assert "HTTP 200 (credentials accepted)" in await api().check()
     assert provider_server.sends() == []  # a check sends nothing
     with pytest.raises(TransportUnavailable, match="credentials refused") as refused:
@@ -214,7 +178,7 @@ async def test_resend_check(api: Any, provider_server: ProviderServer) -> None: 
 # ---- Postmark, SendGrid, webhook ---------------------------------------------------------------
 
 
-async def test_postmark_answers(api: Any, provider_server: ProviderServer) -> None:  # noqa: F811
+async def test_postmark_answers(api: Any, provider_server: ProviderServer) -> None:
     transport = api("postmark")
     sent = await send(transport, make_delivery("p-1"))
     assert sent.kind is OutcomeKind.SENT and sent.provider_message_id
@@ -235,7 +199,7 @@ async def test_postmark_answers(api: Any, provider_server: ProviderServer) -> No
         await api("postmark", api_key="wrong").check()
 
 
-async def test_sendgrid_answers(api: Any, provider_server: ProviderServer) -> None:  # noqa: F811
+async def test_sendgrid_answers(api: Any, provider_server: ProviderServer) -> None:
     transport = api("sendgrid")
     sent = await send(transport, make_delivery("s-1"))
     assert sent.kind is OutcomeKind.SENT and sent.reply_code == 202 and sent.provider_message_id
@@ -256,7 +220,7 @@ async def test_sendgrid_answers(api: Any, provider_server: ProviderServer) -> No
 
 
 async def test_webhook_signed_bearer_request_is_verified_by_the_receiver(
-        api: Any, provider_server: ProviderServer) -> None:  # noqa: F811
+        api: Any, provider_server: ProviderServer) -> None:
     provider_server.hook_bearer, provider_server.signing_secret = "tok", "whsec"
     transport = api("http", api_key="tok", signing_secret="whsec")
     sent = await send(transport, make_delivery("h-1"))
@@ -282,34 +246,7 @@ async def test_webhook_signed_bearer_request_is_verified_by_the_receiver(
     assert len(provider_server.sends("/hook")) == 7  # the check (a HEAD) sent nothing
 
 
-# ---- through the daemon -----------------------------------------------------------------------
-#
-# The shared ``running`` fixture builds its Settings without ``transports`` (its own parameter
-# of that name takes transport objects), so the daemon would have no rate limit and no
-# configuration for them: this module starts its daemons itself, the same way.
-
-
-@pytest.fixture
-async def daemon(db_url: str, store: Store) -> AsyncIterator[Callable[..., Any]]:
-    """daemon(transports={name: transport}, transport_settings={name: {...}}, **settings) -> Running."""
-    stack: list[tuple[Daemon, Any]] = []
-
-    async def factory(transports: dict[str, Any], transport_settings: dict[str, Any],
-                      default_transport: str = "smtp", **overrides: Any) -> Running:
-        unused_smtp = SimpleNamespace(host="127.0.0.1", port=free_port())
-        settings = settings_for(db_url, unused_smtp, transports=transport_settings,
-                                default_transport=default_transport, **overrides)
-        d = Daemon(settings, transports, default_transport=default_transport)
-        tg = anyio.create_task_group()
-        await tg.__aenter__()
-        tg.start_soon(d.run)
-        stack.append((d, tg))
-        return Running(d, store)
-
-    yield factory
-    for d, tg in reversed(stack):
-        d.stop()
-        await tg.__aexit__(None, None, None)
+# ---- through the daemon (the ``daemon`` fixture, tests/integration/conftest.py) ----------------
 
 
 def resend_settings(server: ProviderServer, **settings: Any) -> dict[str, Any]:
@@ -325,7 +262,7 @@ async def rows_with(run: Running, keys: list[str], transport: str = "resend") ->
 
 
 async def test_daemon_sends_through_resend_and_lost_answers_are_absorbed_by_the_key(
-        api: Any, daemon: Any, provider_server: ProviderServer) -> None:  # noqa: F811
+        api: Any, daemon: Any, provider_server: ProviderServer) -> None:
     provider_server.add_fault("accept_drop", count=3)
     run = await daemon({"resend": api()}, {"resend": resend_settings(provider_server)}, default_transport="resend")
     keys = [f"d-{i}" for i in range(10)]
@@ -359,7 +296,7 @@ async def assert_pause_charges_nothing(run: Running, server: ProviderServer, key
 
 
 async def test_daemon_quota_exhausted_pauses_the_transport_and_charges_no_attempt(
-        api: Any, daemon: Any, store: Store, provider_server: ProviderServer) -> None:  # noqa: F811
+        api: Any, daemon: Any, store: Store, provider_server: ProviderServer) -> None:
     provider_server.add_fault("reply", status=429, headers={"Retry-After": "3"},
                               body={"name": "daily_quota_exceeded", "message": "You have reached your daily quota"})
     transport = api(max_parallel=2)
@@ -374,7 +311,7 @@ async def test_daemon_quota_exhausted_pauses_the_transport_and_charges_no_attemp
 
 
 async def test_daemon_refused_credentials_pause_loudly_and_charge_no_attempt(
-        api: Any, daemon: Any, provider_server: ProviderServer, caplog: pytest.LogCaptureFixture) -> None:  # noqa: F811
+        api: Any, daemon: Any, provider_server: ProviderServer, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="outbox_mailer")
     provider_server.add_fault("reply", status=401, body={"name": "missing_api_key", "message": "Missing API key"})
     run = await daemon({"resend": api(auth_pause_seconds=2.5, max_parallel=1)},
@@ -389,7 +326,7 @@ async def test_daemon_refused_credentials_pause_loudly_and_charge_no_attempt(
 
 
 async def test_daemon_ambiguous_5xx_with_hold_is_resent_inside_the_key_window_and_accepted_once(
-        api: Any, daemon: Any, store: Store, provider_server: ProviderServer) -> None:  # noqa: F811
+        api: Any, daemon: Any, store: Store, provider_server: ProviderServer) -> None:
     provider_server.add_fault("accept_500", count=1)
     run = await daemon({"resend": api()}, {"resend": resend_settings(provider_server)}, in_doubt="hold")
     await rows_with(run, ["amb-1"])
@@ -401,7 +338,7 @@ async def test_daemon_ambiguous_5xx_with_hold_is_resent_inside_the_key_window_an
 
 
 async def test_daemon_ambiguous_5xx_with_hold_without_a_key_window_is_held(
-        api: Any, daemon: Any, provider_server: ProviderServer) -> None:  # noqa: F811
+        api: Any, daemon: Any, provider_server: ProviderServer) -> None:
     provider_server.add_fault("accept_500", count=1)
     run = await daemon({"postmark": api("postmark")},
                        {"postmark": resend_settings(provider_server, kind="postmark")}, in_doubt="hold")
@@ -413,7 +350,7 @@ async def test_daemon_ambiguous_5xx_with_hold_without_a_key_window_is_held(
 
 @pytest.mark.alone  # a rate or timing bound: no other test meanwhile (tests/conftest.py)
 async def test_daemon_rate_limit_holds_within_ten_percent_over_ten_seconds(
-        api: Any, daemon: Any, provider_server: ProviderServer) -> None:  # noqa: F811
+        api: Any, daemon: Any, provider_server: ProviderServer) -> None:
     rate, window = 20.0, 10.0
     run = await daemon({"resend": api(max_parallel=4)},
                        {"resend": resend_settings(provider_server, rate_per_second=rate, burst=1, max_parallel=4)},
@@ -433,7 +370,7 @@ async def test_daemon_rate_limit_holds_within_ten_percent_over_ten_seconds(
 
 
 async def test_daemon_unknown_transport_fails_that_row_only(
-        api: Any, daemon: Any, provider_server: ProviderServer) -> None:  # noqa: F811
+        api: Any, daemon: Any, provider_server: ProviderServer) -> None:
     run = await daemon({"resend": api()}, {"resend": resend_settings(provider_server)}, default_transport="resend")
     await insert(run.store, "u-1", transport="nope")
     await insert(run.store, "u-2")
@@ -448,7 +385,7 @@ async def test_daemon_unknown_transport_fails_that_row_only(
 @pytest.mark.parametrize(("kind", "path"), [("resend", "/emails"), ("postmark", "/email"),
                                             ("sendgrid", "/v3/mail/send"), ("http", None)])
 async def test_an_internationalised_address_reaches_the_provider_intact(
-        api: Any, provider_server: ProviderServer, kind: str, path: str | None) -> None:  # noqa: F811
+        api: Any, provider_server: ProviderServer, kind: str, path: str | None) -> None:
     delivery = make_delivery(f"eai-{kind}", from_address="Zoë <zoë@example.com>", to_addresses=("jörg@example.com",))
     assert (await send(api(kind), delivery)).kind is OutcomeKind.SENT
     [request] = provider_server.requests if path is None else provider_server.sends(path)

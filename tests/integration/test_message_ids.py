@@ -43,13 +43,6 @@ async def stored(store: SqlStore, key: str) -> str | None:
 
 
 @pytest.fixture
-async def store(db_url: str):  # type: ignore[no-untyped-def]
-    s = await SqlStore.open(db_url)
-    yield s
-    await s.close()
-
-
-@pytest.fixture
 async def session(db_url: str):  # type: ignore[no-untyped-def]
     s = await ClaimSession.open(db_url)
     yield s

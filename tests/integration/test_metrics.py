@@ -22,7 +22,8 @@ from outbox_mailer.errors import ConfigurationError
 from outbox_mailer.settings.config import Settings, load_settings
 from outbox_mailer.store import Store
 from outbox_mailer.transports.smtp import SmtpTransport
-from tests.integration.conftest import Running, insert, metered_daemon, settings_for
+from tests.in_process_daemon import Running, settings_for
+from tests.integration.conftest import insert, metered_daemon
 from tests.smtp_server import SmtpTestServer, free_port, running_smtp_server
 
 pytestmark = pytest.mark.anyio

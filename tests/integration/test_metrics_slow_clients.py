@@ -25,7 +25,7 @@ from outbox_mailer.daemon.metrics import Metrics
 from outbox_mailer.daemon.service import Daemon
 from outbox_mailer.serving.http_server import MAX_CONNECTIONS, REQUEST_TIMEOUT_SECONDS
 from outbox_mailer.transports.smtp import SmtpTransport
-from tests.integration.conftest import settings_for
+from tests.in_process_daemon import settings_for
 from tests.smtp_server import SmtpTestServer, free_port
 
 pytestmark = pytest.mark.anyio

@@ -11,7 +11,7 @@ import pytest
 from outbox_mailer.daemon.service import Daemon
 from outbox_mailer.store.migrations import load_migrations
 from outbox_mailer.transports.smtp import SmtpTransport
-from tests.integration.conftest import settings_for
+from tests.in_process_daemon import settings_for
 from tests.smtp_server import SmtpTestServer
 from tests.sql_store import SqlStore
 

@@ -18,7 +18,7 @@ from outbox_mailer.daemon.service import Daemon
 from outbox_mailer.errors import ConfigurationError
 from outbox_mailer.store.pooler import session_pooling_problem
 from outbox_mailer.transports.smtp import SmtpTransport
-from tests.integration.conftest import Running, settings_for
+from tests.in_process_daemon import Running, settings_for
 from tests.pgbouncer import running_pgbouncer
 from tests.smtp_server import SmtpTestServer
 

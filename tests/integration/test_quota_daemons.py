@@ -15,20 +15,15 @@ from outbox_mailer.daemon.quotas import transport_use
 from outbox_mailer.store import Store
 from outbox_mailer.store.limits import LimitStore
 from tests.integration.conftest import insert
-from tests.integration.test_http_transports import (  # noqa: F401  (fixtures)
-    api,
-    daemon,
-    resend_settings,
-    rows_with,
-)
-from tests.provider_server import ProviderServer, provider_server  # noqa: F401  (fixture)
+from tests.integration.test_http_transports import resend_settings, rows_with
+from tests.provider_server import ProviderServer
 from tests.smtp_server import SmtpTestServer
 
 pytestmark = pytest.mark.anyio
 
 
 async def test_a_daily_limit_of_50_shared_by_two_daemons_sends_50_of_80_and_the_rest_when_the_window_allows(
-        api: Any, daemon: Any, provider_server: ProviderServer) -> None:  # noqa: F811
+        api: Any, daemon: Any, provider_server: ProviderServer) -> None:
     window = 6.0
     limited = resend_settings(provider_server, daily_limit=50, daily_window_seconds=window)
     runs = [await daemon({"resend": api()}, {"resend": limited}, default_transport="resend") for _ in range(2)]
@@ -70,7 +65,7 @@ async def test_a_daily_limit_of_50_shared_by_two_daemons_sends_50_of_80_and_the_
 
 @pytest.mark.alone  # a rate or timing bound: no other test meanwhile (tests/conftest.py)
 async def test_a_providers_429s_lower_the_shared_rate_and_stop_within_seconds(
-        api: Any, daemon: Any) -> None:  # noqa: F811
+        api: Any, daemon: Any) -> None:
     server = ProviderServer(rate_per_second=20.0, burst=2).start()  # every third request of 30/s refused
     try:
         run = await daemon({"resend": api(base_url=server.base_url)},
@@ -114,7 +109,7 @@ async def test_smtp_454_throttling_after_data_is_retried_not_in_doubt_and_lowers
 
 
 async def test_a_batch_with_more_recipients_than_the_daily_limit_goes_member_by_member(
-        api: Any, daemon: Any, store: Store, provider_server: ProviderServer) -> None:  # noqa: F811
+        api: Any, daemon: Any, store: Store, provider_server: ProviderServer) -> None:
     keys = [f"pair-{i}" for i in range(4)]
     for key in keys:  # all four queued before the daemon starts: its first claim takes them together
         await insert(store, key, transport="resend", to_addresses=[f"{key}-a@example.com", f"{key}-b@example.com"])

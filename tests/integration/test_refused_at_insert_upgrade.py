@@ -20,7 +20,7 @@ from outbox_mailer.daemon.service import Daemon
 from outbox_mailer.store import Store
 from outbox_mailer.store.migrations import load_migrations
 from outbox_mailer.transports.smtp import SmtpTransport
-from tests.integration.conftest import Running, settings_for
+from tests.in_process_daemon import Running, settings_for
 from tests.integration.test_refused_at_insert import (
     ATTACHMENT,
     INJECTED,

@@ -13,7 +13,7 @@ from outbox_mailer.receiver.server import Receiver, build_app
 from outbox_mailer.serving.http_server import serve_http
 from outbox_mailer.settings.config import Settings
 from outbox_mailer.store import EventStore
-from tests.integration.test_daemon_batches import insert, resend, settled  # noqa: F401  (fixture)
+from tests.integration.test_daemon_batches import insert, settled
 from tests.integration.test_webhook_receiver import RESEND_SECRET, resend_event, svix_headers
 from tests.provider_server import ProviderServer
 from tests.smtp_server import free_port
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.anyio
 
 
 async def test_a_row_bounced_through_resend_suppresses_its_address_and_the_next_row_is_not_sent(
-        db_url: str, store: SqlStore, resend: Any) -> None:  # noqa: F811
+        db_url: str, store: SqlStore, resend: Any) -> None:
     server = ProviderServer().start()
     events = await EventStore.open(db_url)
     try:

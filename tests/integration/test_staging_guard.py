@@ -13,7 +13,7 @@ import pytest
 
 from outbox_mailer.store import Store
 from tests.integration.conftest import insert
-from tests.integration.test_daemon_batches import resend, settled  # noqa: F401  (fixture)
+from tests.integration.test_daemon_batches import settled
 from tests.provider_server import ProviderServer
 from tests.smtp_server import SmtpTestServer
 
@@ -55,7 +55,7 @@ async def test_redirect_sends_everything_to_one_address_and_names_the_originals(
 
 
 async def test_through_a_provider_batch_the_redirect_holds_as_well(
-        db_url: str, store: Store, resend: Any) -> None:  # noqa: F811
+        db_url: str, store: Store, resend: Any) -> None:
     server = ProviderServer().start()
     await store.execute("INSERT INTO email_deliveries (dedupe_key, to_addresses, cc_addresses, bcc_addresses, "
                         "subject, text_body) SELECT 'p' || g, ARRAY['customer' || g || '@example.net'], "
@@ -71,7 +71,7 @@ async def test_through_a_provider_batch_the_redirect_holds_as_well(
 
 
 async def test_a_recorded_batch_restored_into_staging_is_not_replayed_past_the_guard(
-        db_url: str, store: Store, resend: Any) -> None:  # noqa: F811
+        db_url: str, store: Store, resend: Any) -> None:
     server = ProviderServer().start()
     server.add_fault("accept_500", count=1, paths=("/emails/batch",))  # accepted, then a 500: ambiguous
     try:

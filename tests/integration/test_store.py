@@ -39,13 +39,6 @@ def write_for(delivery, status: Status, **kw: object) -> OutcomeWrite:  # type: 
     return OutcomeWrite(delivery, transition, attempt)
 
 
-@pytest.fixture
-async def store(db_url: str):  # type: ignore[no-untyped-def]
-    s = await SqlStore.open(db_url)
-    yield s
-    await s.close()
-
-
 async def test_four_claimers_never_claim_a_row_twice(db_url: str, store: Store) -> None:
     await insert_rows(store, 2000)
     claimed: list[list[int]] = [[] for _ in range(4)]
