@@ -404,13 +404,13 @@ class _Handler:
     def __init__(self, owner: SmtpTestServer) -> None:
         self.owner = owner
 
-    async def handle_EHLO(self, srv, session, envelope, hostname, responses):  # noqa: N802
+    async def handle_EHLO(self, srv, session, envelope, hostname, responses):
         session.host_name = hostname  # what aiosmtpd does itself when there is no EHLO hook
         if self.owner.pipelining:
             responses.insert(len(responses) - 1, "250-PIPELINING")  # before the final "250 HELP"
         return responses
 
-    async def handle_MAIL(self, srv, session, envelope, address, mail_options):  # noqa: N802
+    async def handle_MAIL(self, srv, session, envelope, address, mail_options):
         self.owner._log(srv, "MAIL", address)
         if self.owner._closing:  # shutting down: no new transaction
             await _act(Fault("MAIL", drop=True), srv)
@@ -420,7 +420,7 @@ class _Handler:
             envelope.mail_options.extend(mail_options)
         return reply or "250 OK"
 
-    async def handle_RCPT(self, srv, session, envelope, address, rcpt_options):  # noqa: N802
+    async def handle_RCPT(self, srv, session, envelope, address, rcpt_options):
         self.owner._log(srv, "RCPT", address)
         limit = self.owner.recipient_limit
         if limit is not None and len(envelope.rcpt_tos) >= limit:
@@ -431,7 +431,7 @@ class _Handler:
             envelope.rcpt_options.extend(rcpt_options)
         return reply or "250 OK"
 
-    async def handle_DATA(self, srv, session, envelope):  # noqa: N802
+    async def handle_DATA(self, srv, session, envelope):
         self.owner._log(srv, "DATA")
         fault = self.owner._take("DATA", None)
         reply = None if fault is not None and fault.drop else (fault and fault.reply) or "250 OK"
@@ -449,12 +449,12 @@ class _Handler:
         self.owner._close_after_reply(srv)
         return reply
 
-    async def handle_RSET(self, srv, session, envelope):  # noqa: N802
+    async def handle_RSET(self, srv, session, envelope):
         self.owner._log(srv, "RSET")
         self.owner._close_after_reply(srv)
         return "250 OK"
 
-    async def handle_QUIT(self, srv, session, envelope):  # noqa: N802
+    async def handle_QUIT(self, srv, session, envelope):
         self.owner._log(srv, "QUIT")
         return "221 Bye"
 

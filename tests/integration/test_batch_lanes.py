@@ -99,8 +99,8 @@ async def test_a_member_too_old_to_start_is_left_out_of_its_batch_untried_and_th
         assert states[old.dedupe_key]["scheduled_at"] == old.scheduled_at, "due as it was: no backoff"
     finally:
         await claims.close()
-        await daemon._db.close()  # noqa: SLF001 (the daemon's run would close them)
-        await daemon._limits.close()  # noqa: SLF001
+        await daemon._db.close()  # the daemon's run would close them
+        await daemon._limits.close()
         await transport.aclose()
         server.stop()
 

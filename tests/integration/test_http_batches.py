@@ -33,7 +33,7 @@ pytestmark = pytest.mark.anyio
 
 def make_delivery(key: str, to: str | None = None, **overrides: Any) -> Delivery:
     now = datetime.now(UTC)
-    fields: dict[str, Any] = dict(  # noqa: C408
+    fields: dict[str, Any] = dict(
         id=1, dedupe_key=key, claim_token=uuid.uuid4(), attempts=1, max_attempts=None,
         from_address="Shop <shop@example.com>", to_addresses=(to or f"{key}@example.com",), cc_addresses=(),
         bcc_addresses=(), reply_to=None, subject=f"about {key}", text_body="body", html_body="<p>body</p>",

@@ -33,7 +33,7 @@ pytestmark = pytest.mark.anyio
 
 def make_delivery(key: str = "key-1", **overrides: Any) -> Delivery:
     now = datetime.now(UTC)
-    fields: dict[str, Any] = dict(  # noqa: C408
+    fields: dict[str, Any] = dict(
         id=1, dedupe_key=key, claim_token=uuid.uuid4(), attempts=1, max_attempts=None,
         from_address="Shop <shop@example.com>", to_addresses=("Zoë <zoe@example.com>",), cc_addresses=(),
         bcc_addresses=(), reply_to=None, subject="hello", text_body="body", html_body="<p>body</p>",

@@ -241,7 +241,7 @@ def peak_bytes_of(check: Any) -> tuple[int, BaseException | None]:
     try:
         check()
         raised = None
-    except Exception as exc:  # noqa: BLE001  (the caller asserts on it)
+    except Exception as exc:  # the caller asserts on it
         raised = exc
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()

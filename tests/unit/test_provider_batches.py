@@ -41,7 +41,7 @@ POSTMARK = PostmarkApi("pm-token", "https://api.postmark.test")
 
 
 def make_delivery(key: str = "k-0", **overrides: Any) -> Delivery:
-    fields: dict[str, Any] = dict(  # noqa: C408
+    fields: dict[str, Any] = dict(
         id=1, dedupe_key=key, claim_token=uuid.UUID(int=1), attempts=1, max_attempts=None,
         from_address="Shop <shop@example.com>", to_addresses=(f"{key}@example.com",), cc_addresses=(),
         bcc_addresses=(), reply_to=None, subject=f"about {key}", text_body="hello", html_body="<p>hello</p>",

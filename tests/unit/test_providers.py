@@ -46,7 +46,7 @@ API_KEY = "re_SECRET_key_123"
 
 
 def make_delivery(**overrides: Any) -> Delivery:
-    fields: dict[str, Any] = dict(  # noqa: C408
+    fields: dict[str, Any] = dict(
         id=1, dedupe_key=KEY, claim_token=uuid.UUID(int=1), attempts=1, max_attempts=None,
         from_address=None, to_addresses=("a@example.com",), cc_addresses=(), bcc_addresses=(), reply_to=None,
         subject="s", text_body="t", html_body=None, headers={}, attachments=[],
