@@ -50,7 +50,7 @@ import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from ..errors import ConfigurationError
-from ..settings.config import parse_listen_address
+from ..settings.checks import Network, parse_listen_address
 
 log = logging.getLogger("outbox_mailer")
 
@@ -64,7 +64,6 @@ UNIX_PREFIX = "unix:"  # an address "unix:/run/x.sock": a Unix socket at that pa
 FULL_WARNING_EVERY_SECONDS = 60.0
 
 Asgi = Any  # an ASGI 3 application (starlette.applications.Starlette, for one)
-Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 LOOPBACK: tuple[Network, ...] = (ipaddress.ip_network("127.0.0.0/8"), ipaddress.ip_network("::1/128"))
 _HEAD_END = re.compile(rb"\n\r?\n")  # where h11 ends a request head
 

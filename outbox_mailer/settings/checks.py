@@ -13,7 +13,10 @@ from __future__ import annotations
 import ipaddress
 import re
 from pathlib import Path
+from typing import Annotated
 from urllib.parse import urlsplit
+
+from pydantic import AfterValidator
 
 from ..errors import ConfigurationError
 from ..message.host_names import is_host_name
@@ -120,6 +123,40 @@ def parse_listen_address(value: str) -> tuple[str, int]:
     if not (port_text.isascii() and port_text.isdigit()) or not 1 <= int(port_text) <= 65535:
         raise ValueError(f"{value!r}: the port must be a number from 1 to 65535")
     return host, int(port_text)
+
+
+def _listen_address(value: str) -> str:
+    parse_listen_address(value)
+    return value
+
+
+# a setting that names where a server listens (METRICS_ADDRESS, CONSOLE__ADDRESS, WEBHOOKS__ADDRESS)
+ListenAddress = Annotated[str, AfterValidator(_listen_address)]
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def parse_networks(text: str) -> tuple[Network, ...]:
+    """``"127.0.0.1, 10.0.0.0/8, ::1"`` as networks; ValueError naming the first bad entry."""
+    entries = [e.strip() for e in text.split(",") if e.strip()]
+    if not entries:
+        raise ValueError("no address or network given")
+    networks = []
+    for entry in entries:
+        try:
+            networks.append(ipaddress.ip_network(entry, strict=False))
+        except ValueError:
+            raise ValueError(f"not an IP address or network: {entry!r}") from None
+    return tuple(networks)
+
+
+def _network_list(value: str) -> str:
+    parse_networks(value)
+    return value
+
+
+# a setting that lists proxies' addresses or networks, comma-separated (the console's, the receiver's)
+NetworkList = Annotated[str, AfterValidator(_network_list)]
 
 
 def fallback_setting(name: str) -> str:

@@ -42,10 +42,10 @@ from ..message.staging import ALLOWED_SETTING, REDIRECT_SETTING, allowed_pattern
 from ..providers.registry import API_PROVIDERS, BATCH_KINDS, TRANSPORT_KINDS, has_batch_endpoint, in_house
 from ..redaction import redacted_url
 from .checks import (
+    ListenAddress,
     check_database_url,
     check_fallbacks,
     check_helo_name,
-    parse_listen_address,
     source_error,
 )
 from .console import ConsoleSettings
@@ -252,7 +252,7 @@ class Settings(BaseSettings):
     max_message_bytes: int = Field(default=10 * 1024 * 1024, ge=1024, le=MAX_MESSAGE_BYTES)  # composed size limit; 1 KiB-256 MiB
     message_id_secret: SecretStr | None = None  # HMAC key of new rows' Message-IDs (message_ids.py)
     worker_name: str | None = None  # recorded with each attempt; None: host:pid
-    metrics_address: str | None = None  # "host:port" for /metrics, /healthz, /readyz; None: no endpoint
+    metrics_address: ListenAddress | None = None  # "host:port" for /metrics, /healthz, /readyz; None: no endpoint
     webhooks: WebhookSettings = WebhookSettings()  # `outbox-mailer webhooks`: the provider event receiver
     console: ConsoleSettings = ConsoleSettings()  # `outbox-mailer console`: the operator console
     suppression: SuppressionSettings = SuppressionSettings()
@@ -294,13 +294,6 @@ class Settings(BaseSettings):
             return None
         with special_use_policy(_special_use_allowed(info)):
             return checked_redirect(value)
-
-    @field_validator("metrics_address")
-    @classmethod
-    def _metrics_address(cls, value: str | None) -> str | None:
-        if value is not None:
-            parse_listen_address(value)
-        return value
 
     @classmethod
     def settings_customise_sources(

@@ -9,27 +9,24 @@ a trusted network wider than one host unless ``ALLOW_WIDE_PROXY_NETWORK`` says s
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
-from .checks import parse_listen_address
+from .checks import ListenAddress, Network, NetworkList, parse_networks
 from .limits import HOUR, WEEK
 
 _HEADER = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,64}$")  # an HTTP field name (RFC 9110 token)
 
-Network = ipaddress.IPv4Network | ipaddress.IPv6Network
-
 
 class ConsoleSettings(BaseModel):
     model_config = ConfigDict(allow_inf_nan=False)
-    address: str | None = None  # "host:port" the console listens on; `outbox-mailer console` needs it (or SOCKET)
+    address: ListenAddress | None = None  # "host:port" the console listens on; `outbox-mailer console` needs it (or SOCKET)
     socket: str | None = None  # a Unix socket's path to listen on instead (mode 0660): only your proxy reaches it
     trusted_proxy_header: str | None = None  # e.g. X-Forwarded-User: the signed-in user, set by your proxy
-    trusted_proxies: str | None = None  # comma-separated addresses or networks that header is taken from
-    forwarded_for_proxies: str | None = None  # proxies believed about X-Forwarded-For and X-Forwarded-Proto
+    trusted_proxies: NetworkList | None = None  # comma-separated addresses or networks that header is taken from
+    forwarded_for_proxies: NetworkList | None = None  # proxies believed about X-Forwarded-For and X-Forwarded-Proto
     allow_wide_proxy_network: bool = False  # a trusted network of more than one address: only when you mean it
     allowed_hosts: str | None = None  # comma-separated Host names (host or host:port) the console answers to
     scheme: Literal["http", "https"] | None = None  # the scheme browsers use; None: X-Forwarded-Proto or the connection's
@@ -42,25 +39,11 @@ class ConsoleSettings(BaseModel):
     idle_seconds: float = Field(default=HOUR, ge=60, le=WEEK)  # ... or after this long without a request
     census_seconds: float = Field(default=60, ge=0, le=HOUR)  # counts by status need a whole-table scan: at most this often; 0: every request
 
-    @field_validator("address")
-    @classmethod
-    def _address(cls, value: str | None) -> str | None:
-        if value is not None:
-            parse_listen_address(value)
-        return value
-
     @field_validator("trusted_proxy_header")
     @classmethod
     def _header(cls, value: str | None) -> str | None:
         if value is not None and not _HEADER.match(value):
             raise ValueError(f"not an HTTP header name: {value!r}")
-        return value
-
-    @field_validator("trusted_proxies", "forwarded_for_proxies")
-    @classmethod
-    def _proxies(cls, value: str | None) -> str | None:
-        if value is not None:
-            parse_networks(value)
         return value
 
     @field_validator("allowed_hosts")
@@ -107,20 +90,6 @@ class ConsoleSettings(BaseModel):
     @property
     def proxy_mode(self) -> bool:
         return self.trusted_proxy_header is not None
-
-
-def parse_networks(text: str) -> tuple[Network, ...]:
-    """``"127.0.0.1, 10.0.0.0/8, ::1"`` as networks; ValueError naming the first bad entry."""
-    entries = [e.strip() for e in text.split(",") if e.strip()]
-    if not entries:
-        raise ValueError("no address or network given")
-    networks = []
-    for entry in entries:
-        try:
-            networks.append(ipaddress.ip_network(entry, strict=False))
-        except ValueError:
-            raise ValueError(f"not an IP address or network: {entry!r}") from None
-    return tuple(networks)
 
 
 def allowed_host_names(text: str) -> tuple[str, ...]:

@@ -14,8 +14,7 @@ from pydantic import BaseModel, ConfigDict, SecretStr, field_validator, model_va
 from ..delivery_events.bounce_tags import MAX_LOCAL_OCTETS, BounceAddress
 from ..errors import CompositionError
 from ..message.addresses import parse_address
-from .checks import parse_listen_address
-from .console import Network, parse_networks
+from .checks import ListenAddress, Network, NetworkList, parse_networks
 
 FINITE = ConfigDict(allow_inf_nan=False)
 _ARN = re.compile(r"^arn:aws[a-z-]*:sns:[a-z0-9-]+:\d{12}:[A-Za-z0-9_.-]{1,256}$")
@@ -89,28 +88,15 @@ class MailgunWebhook(BaseModel):
 
 class WebhookSettings(BaseModel):
     model_config = FINITE
-    address: str | None = None  # "host:port" the receiver listens on; `outbox-mailer webhooks` needs it
+    address: ListenAddress | None = None  # "host:port" the receiver listens on; `outbox-mailer webhooks` needs it
     # addresses or networks of the reverse proxies in front, comma-separated: their connections are held to the
     # overall bound only, not to the per-client one (they speak for many clients)
-    proxies: str = "127.0.0.0/8,::1"
+    proxies: NetworkList = "127.0.0.0/8,::1"
     resend: ResendWebhook = ResendWebhook()
     postmark: PostmarkWebhook = PostmarkWebhook()
     sendgrid: SendgridWebhook = SendgridWebhook()
     ses: SesWebhook = SesWebhook()
     mailgun: MailgunWebhook = MailgunWebhook()
-
-    @field_validator("address")
-    @classmethod
-    def _address(cls, value: str | None) -> str | None:
-        if value is not None:
-            parse_listen_address(value)
-        return value
-
-    @field_validator("proxies")
-    @classmethod
-    def _proxies(cls, value: str) -> str:
-        parse_networks(value)
-        return value
 
     def proxy_networks(self) -> tuple[Network, ...]:
         return parse_networks(self.proxies)
