@@ -28,7 +28,8 @@ EXIT_TEMPFAIL = 75  # sysexits EX_TEMPFAIL: the MTA keeps the bounce and pipes i
 def cmd_webhooks(args: argparse.Namespace, settings: Settings) -> int:
     cfg = settings.webhooks
     settings.require_database_url()
-    if cfg.address is None:
+    address = cfg.address
+    if address is None:
         raise ConfigurationError("OUTBOX_MAILER_WEBHOOKS__ADDRESS is not set: where should the receiver listen?",
                                  setting="OUTBOX_MAILER_WEBHOOKS__ADDRESS")
     if not cfg.enabled():
@@ -46,7 +47,7 @@ def cmd_webhooks(args: argparse.Namespace, settings: Settings) -> int:
         async with httpx.AsyncClient(trust_env=True, follow_redirects=False) as http:
             receiver = Receiver(cfg, store, automatic_suppression=settings.suppression.automatic, http=http)
             with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-                async with serve_http(build_app(receiver), cfg.address, setting="OUTBOX_MAILER_WEBHOOKS__ADDRESS",
+                async with serve_http(build_app(receiver), address, setting="OUTBOX_MAILER_WEBHOOKS__ADDRESS",
                                       exempt=cfg.proxy_networks()) as (host, port):
                     log.info("webhooks listening on %s:%d for %s", host, port, ", ".join(sorted(receiver.enabled)))
                     notifier = SystemdNotifier()

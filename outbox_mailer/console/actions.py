@@ -17,7 +17,7 @@ from starlette.responses import RedirectResponse, Response
 from ..clock import utc_now
 from ..delivery_events.suppression import REASONS, normal_address
 from ..errors import InvalidTransition, NotFound
-from ..store.console import MAX_BULK, Actor, SelectionChanged
+from ..store.console import MAX_BULK, Actor, BulkAction, SelectionChanged
 from .auth import Session
 from .filters import Malformed, parse_count, parse_filter
 from .throttle import SLOW_SECONDS, GateFull
@@ -43,14 +43,13 @@ EXPIRY_DAYS_MAX = 3650
 def _login_form(request: Request, console: Console, status: int = 200, error: str | None = None) -> Response:
     """The sign-in page, its token signed and bound to the nonce of its cookie (set when missing)."""
     origin = console.origin(request)
-    nonce = request.cookies.get(console.cookie_name(FORM_COOKIE, origin))
-    fresh = not nonce or len(nonce) > 64
-    if fresh:
-        nonce = secrets.token_urlsafe(24)
+    cookie = request.cookies.get(console.cookie_name(FORM_COOKIE, origin)) or ""
+    fresh = not cookie or len(cookie) > 64
+    nonce = secrets.token_urlsafe(24) if fresh else cookie
     response = console.page(request, "login.html", None, status, csrf=console.signer.form_token(nonce, time.time()),
                             error=error)
     if fresh:
-        console.set_cookie(response, origin, FORM_COOKIE, nonce)  # type: ignore[arg-type]
+        console.set_cookie(response, origin, FORM_COOKIE, nonce)
     return response
 
 
@@ -156,7 +155,7 @@ async def email_action(request: Request, console: Console, session: Session) -> 
 
 async def bulk(request: Request, console: Console, session: Session) -> Response:
     form = await checked_form(request, session)
-    action = "retry" if request.url.path.endswith("retry") else "cancel"
+    action: BulkAction = "retry" if request.url.path.endswith("retry") else "cancel"
     fields = {k: v for k, v in form.items() if isinstance(v, str)}
     f = parse_filter(fields)
     expected = parse_count(fields.get("expected_count"))

@@ -55,9 +55,10 @@ def hash_password(password: str) -> str:
 
 def _verify(stored: str | None, password: str) -> bool:
     try:
-        return _hasher.verify(stored or _NOBODY, password[:MAX_PASSWORD]) and stored is not None
+        _hasher.verify(stored or _NOBODY, password[:MAX_PASSWORD])  # raises unless the password matches
     except (VerificationError, InvalidHashError):
         return False
+    return stored is not None
 
 
 async def verify_password(stored: str | None, password: str) -> bool:

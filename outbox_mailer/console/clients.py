@@ -12,7 +12,7 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
-from ..settings.console import Network
+from ..settings.checks import Network
 
 UNIX_PEER = "unix"  # the address of a peer of the Unix socket
 

@@ -63,8 +63,8 @@ def inert_links(html: str) -> str:
     for line in html.split("\n"):
         starts.append(starts[-1] + len(line) + 1)
     out, done = [], 0
-    for line, column in parser.found:
-        at = starts[line - 1] + column + 1  # after "<"
+    for number, column in parser.found:
+        at = starts[number - 1] + column + 1  # after "<"
         out += [html[done:at], "x-"]
         done = at
     return "".join(out) + html[done:]

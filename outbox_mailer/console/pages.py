@@ -6,7 +6,7 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ..store.console import MAX_BULK, EmailFilter
+from ..store.console import MAX_BULK, BulkAction, EmailFilter
 from .auth import Session
 from .charts import bar_chart
 from .content import composed_headers, html_preview
@@ -24,6 +24,7 @@ from .web import Console, Refused, email_key, key_url, path_segments
 PAGE_ROWS = 50
 NOTICES = {"retry": "Requeued: it is pending again.", "cancel": "Cancelled.", "resolve": "Resolved."}
 LIVE_STATUSES = ("pending", "sending")
+BULK_ACTIONS: dict[str, BulkAction] = {"retry": "retry", "cancel": "cancel"}  # what a filter page confirms
 
 
 async def overview(request: Request, console: Console, session: Session) -> Response:
@@ -61,12 +62,13 @@ async def emails(request: Request, console: Console, session: Session) -> Respon
 
 
 async def _confirm_bulk(request: Request, console: Console, session: Session, f: EmailFilter,
-                        action: str) -> Response:
-    if action not in ("retry", "cancel"):
+                        asked: str) -> Response:
+    action = BULK_ACTIONS.get(asked)
+    if action is None:
         raise Refused(400, "bulk: retry or cancel")
     if session.role != "operator":
         raise Refused(403, "Only operators may do this.")
-    count = await console.store.count_selection(f, console.settings.default_transport, action)  # type: ignore[arg-type]
+    count = await console.store.count_selection(f, console.settings.default_transport, action)
     if count > MAX_BULK:
         raise Refused(400, f"{count} emails match: a bulk action changes at most {MAX_BULK}; narrow the filter.")
     return console.page(request, "confirm.html", session, action=action, count=count, filter=filter_params(f),

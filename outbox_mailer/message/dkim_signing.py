@@ -202,7 +202,8 @@ class DkimSigner:
         dkim.hash_headers(hasher, policy, policy.canonicalize_headers(headers), include, (_FIELD, b" " + unsigned),
                           None)
         fields[-1] = (b"b", base64.b64encode(self._key.sign(hasher.digest(), self._padding, self._prehashed)))
-        return _FIELD + b": " + dkim.fold(b"; ".join(b"=".join(f) for f in fields) + b"\r\n", namelen=len(_FIELD))
+        folded: bytes = dkim.fold(b"; ".join(b"=".join(f) for f in fields) + b"\r\n", namelen=len(_FIELD))
+        return _FIELD + b": " + folded
 
 
 def _date_of(headers: list[list[bytes]]) -> int | None:

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import ClassVar, Protocol
+from typing import ClassVar, Protocol, TypeGuard
 
 from ..delivery import BatchOutcome, Cause, Delivery, MessageFields, Outcome, SendSingly
 from .provider import ApiRequest, ApiResponse, Provider
@@ -63,7 +63,11 @@ class BatchProvider(Provider, Protocol):
 
 def batch_provider(provider: Provider) -> BatchProvider | None:
     """``provider`` when it has a batch endpoint, else None."""
-    return provider if getattr(provider, "batch_limit", 0) > 0 else None  # type: ignore[return-value]
+    return provider if _has_batch_endpoint(provider) else None
+
+
+def _has_batch_endpoint(provider: Provider) -> TypeGuard[BatchProvider]:
+    return getattr(provider, "batch_limit", 0) > 0
 
 
 def check_members(count: int, limit: int, what: str) -> None:

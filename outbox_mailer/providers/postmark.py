@@ -85,8 +85,8 @@ def _error(response: ApiResponse) -> tuple[int | None, str]:
 
 
 class PostmarkApi(KeyedApi):
-    kind = "postmark"
-    default_base_url = "https://api.postmarkapp.com"
+    kind: ClassVar[str] = "postmark"
+    default_base_url: ClassVar[str | None] = "https://api.postmarkapp.com"
     idempotency_window_seconds: float | None = None
     batch_limit: ClassVar[int] = BATCH_LIMIT
     batch_bytes_limit: ClassVar[int] = BATCH_BYTES_LIMIT

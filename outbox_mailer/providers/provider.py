@@ -18,7 +18,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, Self
 
 from ..delivery import Delivery, MessageFields, Outcome
 from .seam import AUTH_PAUSE_SECONDS, one_line
@@ -185,7 +185,7 @@ class KeyedApi:
         self.auth_pause_seconds = auth_pause_seconds
 
     @classmethod
-    def from_options(cls, options: ProviderOptions) -> KeyedApi:
+    def from_options(cls, options: ProviderOptions) -> Self:
         if options.api_key is None:
             raise ValueError(f"a transport of kind {getattr(cls, 'kind', cls.__name__)!r} needs api_key")
         return cls(options.api_key, options.base_url, auth_pause_seconds=options.auth_pause_seconds)

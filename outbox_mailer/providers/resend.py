@@ -96,9 +96,9 @@ def _error(response: ApiResponse) -> tuple[str, str]:
 
 
 class ResendApi(KeyedApi):
-    kind = "resend"
-    default_base_url = "https://api.resend.com"
-    default_rate_per_second = 2.0  # Resend's default team limit
+    kind: ClassVar[str] = "resend"
+    default_base_url: ClassVar[str | None] = "https://api.resend.com"
+    default_rate_per_second: ClassVar[float | None] = 2.0  # Resend's default team limit
     idempotency_window_seconds: float | None = IDEMPOTENCY_WINDOW_SECONDS
     batch_limit: ClassVar[int] = BATCH_LIMIT
 

@@ -61,8 +61,6 @@ def parse_retry_after(value: str | None, now: datetime) -> float | None:
             when = email.utils.parsedate_to_datetime(value)
         except (TypeError, ValueError, IndexError):
             return None
-        if when is None:
-            return None
         if when.tzinfo is None:
             when = when.replace(tzinfo=UTC)
         return max(0.0, (when - now).total_seconds())

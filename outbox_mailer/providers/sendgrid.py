@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
-from typing import Any
+from typing import Any, ClassVar
 
 from ..delivery import Delivery, MessageFields, Outcome
 from .provider import (
@@ -86,8 +86,8 @@ def retry_after(response: ApiResponse, now: datetime) -> float | None:
 
 
 class SendGridApi(KeyedApi):
-    kind = "sendgrid"
-    default_base_url = "https://api.sendgrid.com"
+    kind: ClassVar[str] = "sendgrid"
+    default_base_url: ClassVar[str | None] = "https://api.sendgrid.com"
     idempotency_window_seconds: float | None = None
 
     def build(self, fields: MessageFields, delivery: Delivery, message_id: str, key: str,

@@ -23,7 +23,7 @@ import base64
 import hashlib
 import hmac
 from datetime import datetime
-from typing import Any
+from typing import Any, ClassVar
 
 from ..delivery import Delivery, MessageFields, Outcome
 from .provider import ApiRequest, ApiResponse, ProviderOptions, auth_pause, json_body
@@ -63,9 +63,9 @@ def _error(response: ApiResponse) -> str:
 
 
 class WebhookApi:
-    kind = "http"
-    default_base_url: str | None = None  # in-house: the transport's ``url``
-    default_rate_per_second: float | None = None
+    kind: ClassVar[str] = "http"
+    default_base_url: ClassVar[str | None] = None  # in-house: the transport's ``url``
+    default_rate_per_second: ClassVar[float | None] = None
     idempotency_window_seconds: float | None = None
 
     def __init__(self, url: str, *, bearer: str | None = None, signing_secret: str | None = None,

@@ -188,6 +188,7 @@ class _GuardedH11Protocol(H11Protocol):
     _deadline: asyncio.TimerHandle | None = None
     _client_key: object = None
 
+    # ignored override: uvicorn's H11Protocol narrows asyncio.Protocol's BaseTransport to Transport (as it says itself)
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         full = len(self.connections) >= MAX_CONNECTIONS
         super().connection_made(transport)

@@ -9,7 +9,8 @@
 
 from __future__ import annotations
 
+from .envelope import probe_recipient
 from .replies import classify_reply
-from .transport import SmtpTransport, probe_recipient
+from .transport import SmtpTransport
 
 __all__ = ["SmtpTransport", "classify_reply", "probe_recipient"]

@@ -60,6 +60,7 @@ configured default sender), else ``postmaster@<helo name>``.
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from dataclasses import dataclass, replace
 
@@ -169,7 +170,9 @@ class SmtpTransport:
                 await smtp.login(s.username, s.password.get_secret_value())
             tls = smtp.get_transport_info("sslcontext") is not None
             wire = None
-            if smtp.supports_extension("pipelining") and smtp.transport and smtp.protocol is not None:
+            # a stream's transport, plain or TLS, is always a WriteTransport: the check tells the type checker
+            if (smtp.supports_extension("pipelining") and isinstance(smtp.transport, asyncio.WriteTransport)
+                    and smtp.protocol is not None):
                 wire = Wire(smtp.transport, smtp.protocol)  # from now on it reads the replies
             return _Session(
                 conn=Connection(smtp, wire),

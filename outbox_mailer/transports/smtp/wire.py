@@ -54,7 +54,7 @@ def frame_body(data: bytes) -> bytes:
 class Wire(asyncio.Protocol):
     """The protocol of one SMTP connection while it sends mail: a queue of replies."""
 
-    def __init__(self, transport: asyncio.BaseTransport, previous: asyncio.BaseProtocol) -> None:
+    def __init__(self, transport: asyncio.WriteTransport, previous: asyncio.BaseProtocol) -> None:
         self._transport = transport
         self._previous = previous  # aiosmtplib's protocol, told when the connection ends
         self._partial = b""  # the start of a line still to come
@@ -79,7 +79,7 @@ class Wire(asyncio.Protocol):
             raise self.failure
         if self._transport.is_closing():
             raise WireError("Connection lost", lost=True)
-        self._transport.write(data)  # type: ignore[attr-defined]
+        self._transport.write(data)
 
     async def reply(self, timeout: float) -> Reply:
         """The next reply; waits at most ``timeout`` seconds for it."""
