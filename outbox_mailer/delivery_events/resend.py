@@ -162,7 +162,7 @@ def parse(body: bytes, svix_id: str) -> Received:
             bounce_class=bounce_class,
             detail=document,
         )
-        for recipient in (recipients or [None])
+        for recipient in ([*recipients] if recipients else [None])
     )
     return Received(events=events)
 

@@ -177,9 +177,9 @@ def _message_id_prefix(value: Any) -> str | None:
 
 def _smtp_id(value: Any) -> str | None:
     if isinstance(value, str):
-        value = value.strip()
-        if len(value) > 2 and value.startswith("<") and value.endswith(">"):
-            return value
+        text = value.strip()
+        if len(text) > 2 and text.startswith("<") and text.endswith(">"):
+            return text
     return None
 
 

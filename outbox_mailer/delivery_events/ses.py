@@ -125,7 +125,7 @@ def check_cert_url(url: Any) -> str:
     host = match.group("host").lower() if match else ""
     if not match or not SNS_CERT_HOST.fullmatch(host):
         raise Unauthenticated("SigningCertURL is not an https .pem URL on an Amazon SNS host")
-    return url
+    return match.string
 
 
 async def verify(body: bytes, topic_arns: Collection[str],
@@ -225,14 +225,15 @@ def _recipients(event_type: str, section_name: str, section: dict[str, Any], mai
         listed = section.get(_RECIPIENT_LISTS[section_name])
         if not isinstance(listed, list) or not all(isinstance(r, dict) for r in listed):
             raise Malformed(f"{event_type} without a list of recipient objects")
-        addresses = [r.get("emailAddress") for r in listed]
+        addresses: Any = [r.get("emailAddress") for r in listed]
     else:
         addresses = section.get("recipients") if section_name == "delivery" else mail.get("destination")
         if not isinstance(addresses, list):
             raise Malformed(f"{event_type} without a list of recipients")
-    if not all(isinstance(a, str) and a for a in addresses):
+    found = [a for a in addresses if isinstance(a, str) and a]
+    if len(found) != len(addresses):
         raise Malformed(f"{event_type} has a recipient that is not an address")
-    return addresses
+    return found
 
 
 def _time(value: Any, event_type: str) -> datetime | None:
