@@ -84,7 +84,8 @@ def composed_headers(row: dict[str, Any], settings: Settings) -> str:
         created_at=row["created_at"] or datetime.now(UTC), message_id=message_id)
     try:
         message = compose(delivery, default_from=settings.default_from, max_message_bytes=settings.max_message_bytes,
-                          now=datetime.now(UTC), text_alternative=settings.text_alternative)
+                          now=datetime.now(UTC), text_alternative=settings.text_alternative,
+                          address_policy=settings.address_policy())
     except CompositionError as exc:
         return f"(cannot be composed: {exc})"
     head = message.data.split(b"\r\n\r\n", 1)[0].decode("utf-8", "replace").replace("\r\n", "\n")

@@ -60,6 +60,7 @@ class Preparation:
                 max_message_bytes=self.settings.max_message_bytes,
                 now=now,
                 text_alternative=self.settings.text_alternative,
+                address_policy=self.settings.address_policy(),
             )
         except CompositionError as exc:
             return Outcome.unsendable(f"cannot compose: {exc}")

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 import anyio
 
 from ..delivery import Status
-from ..delivery_events.dsn import is_bad_mailbox
+from ..delivery_events.status_codes import is_bad_mailbox
 from ..delivery_events.suppression import form_or_none
 from ..errors import DatabaseError, DatabaseUnavailable
 from ..store import OutcomeWrite

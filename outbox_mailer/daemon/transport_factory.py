@@ -21,7 +21,8 @@ __all__ = ["build_transports", "probe_sender"]
 
 def probe_sender(settings: Settings) -> str | None:
     """The envelope sender `check` probes an SMTP relay with: the default sender's address."""
-    return None if settings.default_from is None else parse_address(settings.default_from, "default_from").addr_spec
+    return None if settings.default_from is None else parse_address(
+        settings.default_from, "default_from", settings.address_policy()).addr_spec
 
 
 def build_transports(settings: Settings) -> dict[str, Transport]:

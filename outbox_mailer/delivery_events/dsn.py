@@ -17,23 +17,17 @@ Anything else (a reply, an out-of-office, a non-MIME qmail bounce, garbage) is `
 
 One event per recipient group with a usable address and a known Action:
 
-===========================  ===============================  ========================
-Action                       Status (see below)               kind, bounce_class
-===========================  ===============================  ========================
-failed                       4.x.x                            BOUNCED, soft
-failed                       5.2.2 5.2.3 5.3.1 5.3.4 5.4.7    BOUNCED, soft
-failed                       5.7.x 5.6.x 5.1.7 5.1.8          BOUNCED, undetermined
-failed                       any other 5.x.x                  BOUNCED, hard
-failed                       none, unreadable, 2.x.x          BOUNCED, undetermined
-delayed                      any                              DELAYED
-delivered relayed expanded   any                              DELIVERED
-===========================  ===============================  ========================
+===========================  ========================================================
+Action                       kind, bounce_class
+===========================  ========================================================
+failed                       BOUNCED, the class of its Status (see below) by the table
+                             of ``status_codes.py``: soft, hard or undetermined
+delayed                      DELAYED
+delivered relayed expanded   DELIVERED
+===========================  ========================================================
 
-Soft: mailbox or system full, message too long or too big, delivery time expired: the address is
-good. Undetermined: policy refusals (spam, DMARC, blocklists: about the sender or the content),
-media (5.6.x: about the message) and our own sender address (5.1.7/5.1.8). When Status is the
-generic ``x.0.0`` (Exim writes ``5.0.0`` for every failure) or missing, the enhanced code, else the
-reply code, of an SMTP Diagnostic-Code decides instead: ``5.0.0`` with ``550 5.7.1`` is
+When Status is the generic ``x.0.0`` (Exim writes ``5.0.0`` for every failure) or missing, the
+enhanced code, else the reply code, of an SMTP Diagnostic-Code decides instead: ``5.0.0`` with ``550 5.7.1`` is
 undetermined, with ``451 4.4.1`` soft.
 
 ``occurred_at``: the group's Last-Attempt-Date, else the DSN's Date (written when the MTA gave up
@@ -58,9 +52,10 @@ from email.message import Message
 from email.parser import BytesHeaderParser
 from email.utils import parsedate_to_datetime
 
-from .model import BounceClass, Kind, ProviderEvent
+from .model import Kind, ProviderEvent
+from .status_codes import CODE_PATTERN, Code, bounce_class
 
-__all__ = ["MAX_GROUPS", "MAX_PARSED_BYTES", "is_bad_mailbox", "parse_dsn"]
+__all__ = ["MAX_GROUPS", "MAX_PARSED_BYTES", "parse_dsn"]
 
 MAX_PARSED_BYTES = 10 * 1024 * 1024  # the report comes before the returned message; the rest may go
 MAX_GROUPS = 100
@@ -76,41 +71,14 @@ _KINDS = {
     "relayed": Kind.DELIVERED,
     "expanded": Kind.DELIVERED,
 }
-# (subject, detail) of 5.x.x failures, RFC 3463
-_SOFT = frozenset({(2, 2), (2, 3), (3, 1), (3, 4), (4, 7)})
-_UNDETERMINED_SUBJECTS = frozenset({6, 7})
-_UNDETERMINED = frozenset({(1, 7), (1, 8)})
-# 5.1.x details that say the recipient address itself can never receive mail (see is_bad_mailbox)
-_BAD_MAILBOX_DETAILS = frozenset({1, 2, 3, 6, 10})
-
-_CODE = re.compile(r"([245])\.(\d{1,3})\.(\d{1,3})(?![\d.])")
-_STATUS = re.compile(r"\s*" + _CODE.pattern)
-_REPLY = re.compile(r"(?<![\w.])([245])\d\d(?:[ -]+" + _CODE.pattern + r"|(?![\d.]))")
+_STATUS = re.compile(r"\s*" + CODE_PATTERN)
+_REPLY = re.compile(r"(?<![\w.])([245])\d\d(?:[ -]+" + CODE_PATTERN + r"|(?![\d.]))")
 _ACTION = re.compile(r"\s*([A-Za-z]+)")
 _MESSAGE_ID = re.compile(r"<[^<>\s@]{1,400}@[^<>\s@]{1,400}>")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _NOT_IN_ADDRESS = re.compile(r"[\s<>\ufffd]")
 _ADDRESS_TYPES = frozenset({"rfc822", "utf-8"})
 _RETURNED = frozenset({"message/rfc822", "text/rfc822-headers", "message/global", "message/global-headers"})
-
-Code = tuple[int, int, int]
-
-
-def is_bad_mailbox(enhanced_code: str | None) -> bool:
-    """Whether an enhanced code (of our own relay's RCPT refusal) says the address cannot exist.
-
-    True for the permanent addressing statuses of RFC 3463 (and 7505) that are about the recipient
-    address itself: 5.1.1 bad destination mailbox, 5.1.2 bad destination system (the domain does
-    not exist or accepts no mail), 5.1.3 bad destination address syntax, 5.1.6 mailbox moved with
-    no forwarding address, 5.1.10 null MX. False for 5.1.0 (any "other address status": too vague
-    to suppress on), 5.1.4 (ambiguous, may resolve), 5.1.5 (valid), 5.1.7/5.1.8 (our sender),
-    every 4.x.x and every other subject.
-    """
-    if enhanced_code is None:
-        return False
-    found = _CODE.fullmatch(enhanced_code.strip())
-    return found is not None and found[1] == "5" and found[2] == "1" and int(found[3]) in _BAD_MAILBOX_DETAILS
-
 
 def parse_dsn(raw: bytes, received_at: datetime) -> list[ProviderEvent] | None:
     """The events one bounce message reports; None when it is not a DSN, [] when nothing is usable.
@@ -162,7 +130,7 @@ def parse_dsn(raw: bytes, received_at: datetime) -> list[ProviderEvent] | None:
             recipient=recipient,
             occurred_at=_date(group.get("last-attempt-date")) or reported_at,
             message_id=message_id,
-            bounce_class=_bounce_class(code) if kind is Kind.BOUNCED else None,
+            bounce_class=bounce_class(code) if kind is Kind.BOUNCED else None,
             detail={
                 "status": group.get("status", ""),
                 "action": action,
@@ -273,17 +241,6 @@ def _effective_code(status: str, diagnostic: str) -> Code | None:
     if reply[2] is not None and reply[2] == reply[1]:
         return int(reply[2]), int(reply[3]), int(reply[4])
     return int(reply[1]), 0, 0
-
-
-def _bounce_class(code: Code | None) -> BounceClass:
-    if code is None:
-        return BounceClass.UNDETERMINED
-    status_class, subject, detail = code
-    if status_class == 4 or (status_class == 5 and (subject, detail) in _SOFT):
-        return BounceClass.SOFT
-    if status_class != 5 or subject in _UNDETERMINED_SUBJECTS or (subject, detail) in _UNDETERMINED:
-        return BounceClass.UNDETERMINED
-    return BounceClass.HARD
 
 
 def _date(value: str | None) -> datetime | None:

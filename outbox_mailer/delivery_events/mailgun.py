@@ -46,7 +46,9 @@ from __future__ import annotations
 import hashlib
 import hmac
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, ClassVar
+
+from pydantic import SecretStr, field_validator
 
 from .model import (
     BounceClass,
@@ -55,6 +57,8 @@ from .model import (
     ProviderEvent,
     Received,
     Unauthenticated,
+    WebhookRequest,
+    WebhookScheme,
     check_timestamp,
     json_object,
     unverified_json,
@@ -183,3 +187,27 @@ def _time(value: Any, name: str) -> datetime | None:
         return datetime.fromtimestamp(seconds, UTC)
     except (TypeError, ValueError, OverflowError, OSError):
         raise Malformed(f"{name} event with a timestamp that is not a Unix time") from None
+
+
+# ---- the webhook scheme (webhooks.py lists it) -----------------------------------------------------
+
+
+class MailgunWebhook(WebhookScheme):
+    """``OUTBOX_MAILER_WEBHOOKS__MAILGUN__SIGNING_KEY``: the HTTP webhook signing key of the Mailgun account."""
+
+    name: ClassVar[str] = PROVIDER
+    signing_key: SecretStr | None = None
+
+    @field_validator("signing_key")
+    @classmethod
+    def _key(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and not value.get_secret_value().strip():
+            raise ValueError("empty: set the signing key Mailgun shows, or leave the setting out")
+        return value
+
+    def enabled(self) -> bool:
+        return self.signing_key is not None
+
+    async def received(self, request: WebhookRequest) -> Received:
+        verify(request.body, self.required(self.signing_key).get_secret_value(), request.now)
+        return parse(request.body)

@@ -9,6 +9,10 @@ Refusals (each maps to the HTTP status the receiver answers, nothing written)::
      │                             signature is inside it over MAX_UNVERIFIED_BYTES
      └── Unavailable          503: what the check needs cannot be had now (SNS's certificate): retry later
 
+Each provider's module declares its webhook scheme as a :class:`WebhookScheme`: its credentials
+(the settings ``OUTBOX_MAILER_WEBHOOKS__<NAME>__*``, checked when they are read) and how a request is
+verified and parsed with them; ``webhooks.py`` lists them.
+
 An authentic body whose event types are unknown is not refused: its module returns no event for
 them (the receiver answers 200, so the provider stops retrying). Nor is one whose strings hold what
 PostgreSQL cannot store (U+0000, a lone UTF-16 surrogate, both valid JSON escapes): :func:`storable`
@@ -19,12 +23,18 @@ from __future__ import annotations
 
 import json
 import re
+from abc import abstractmethod
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, ClassVar, TypeVar
+
+from pydantic import BaseModel
 
 from ..errors import OutboxMailerError
+
+_T = TypeVar("_T")
 
 MAX_BODY_BYTES = 5 * 1024 * 1024
 # The window of a signed timestamp (Resend's Svix, SendGrid, Mailgun). Svix and Stripe use 5 minutes; SendGrid
@@ -109,6 +119,37 @@ class Received:
     events: tuple[ProviderEvent, ...]
     replay_token: str | None = None  # Mailgun: a token the receiver must refuse to see again for another body
     confirm_url: str | None = None  # SES/SNS: a SubscriptionConfirmation's SubscribeURL, to GET
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookRequest:
+    """A webhook request as every scheme reads it."""
+
+    headers: Mapping[str, str]  # names in lower case
+    body: bytes  # raw, as signed
+    now: datetime  # timezone-aware: signed timestamps are checked against it
+    certificate: Callable[[str], Awaitable[bytes]]  # a signing certificate by URL (SNS's), fetched by the receiver
+
+
+class WebhookScheme(BaseModel):
+    """One provider's webhook: its credentials (the fields: ``OUTBOX_MAILER_WEBHOOKS__<NAME>__<FIELD>``),
+    whether they turn its route ``POST /webhooks/<name>`` on, and a request verified with them, then parsed."""
+
+    name: ClassVar[str]  # the provider: the route's last segment, the settings' <NAME>, ProviderEvent.provider
+
+    @abstractmethod
+    def enabled(self) -> bool:
+        """The credentials are set: the route is on."""
+
+    @abstractmethod
+    async def received(self, request: WebhookRequest) -> Received:
+        """The events of an authentic request; WebhookRefused when it is not one (or not configured)."""
+
+    def required(self, credential: _T | None) -> _T:
+        """A credential the check needs; Unauthenticated when it is not set."""
+        if credential is None:
+            raise Unauthenticated(f"the {self.name} webhook has no credentials set")
+        return credential
 
 
 class WebhookRefused(OutboxMailerError):

@@ -46,7 +46,9 @@ import hashlib
 import hmac
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
+
+from pydantic import SecretStr, model_validator
 
 from .model import (
     BounceClass,
@@ -55,6 +57,8 @@ from .model import (
     ProviderEvent,
     Received,
     Unauthenticated,
+    WebhookRequest,
+    WebhookScheme,
     iso_time,
     json_object,
 )
@@ -205,3 +209,35 @@ def _string(record: Mapping[str, Any], name: str) -> str | None:
 def _dedupe_key(metadata: Any) -> str | None:
     value = metadata.get(DEDUPE_METADATA) if isinstance(metadata, dict) else None
     return value if isinstance(value, str) and value else None
+
+
+# ---- the webhook scheme (webhooks.py lists it) -----------------------------------------------------
+
+
+class PostmarkWebhook(WebhookScheme):
+    """``OUTBOX_MAILER_WEBHOOKS__POSTMARK__USERNAME`` and ``__PASSWORD``: the HTTP basic auth credentials
+    set in the webhook's URL at Postmark, both or neither."""
+
+    name: ClassVar[str] = PROVIDER
+    username: str | None = None
+    password: SecretStr | None = None
+
+    @model_validator(mode="after")
+    def _both(self) -> PostmarkWebhook:
+        if self.password is None:
+            if self.username is not None:
+                raise ValueError("set both USERNAME and PASSWORD, or neither")
+            return self
+        if self.username is None:
+            raise ValueError("set both USERNAME and PASSWORD, or neither")
+        if not (self.username and self.password.get_secret_value()):
+            raise ValueError("USERNAME and PASSWORD must not be empty")
+        return self
+
+    def enabled(self) -> bool:
+        return self.username is not None
+
+    async def received(self, request: WebhookRequest) -> Received:
+        password = self.required(self.password).get_secret_value()
+        verify(request.headers, request.body, self.required(self.username), password)
+        return parse(request.body)

@@ -41,7 +41,9 @@ import hashlib
 import hmac
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, ClassVar
+
+from pydantic import SecretStr, field_validator
 
 from .model import (
     BounceClass,
@@ -50,6 +52,8 @@ from .model import (
     ProviderEvent,
     Received,
     Unauthenticated,
+    WebhookRequest,
+    WebhookScheme,
     check_timestamp,
     iso_time,
     json_object,
@@ -158,7 +162,7 @@ def parse(body: bytes, svix_id: str) -> Received:
             bounce_class=bounce_class,
             detail=document,
         )
-        for recipient in (recipients or [None])
+        for recipient in ([*recipients] if recipients else [None])
     )
     return Received(events=events)
 
@@ -191,3 +195,27 @@ def _dedupe_key(tags: Any) -> str | None:
         value = next((tag.get("value") for tag in tags if isinstance(tag, dict) and tag.get("name") == DEDUPE_TAG),
                      None)
     return value if isinstance(value, str) and value else None
+
+
+# ---- the webhook scheme (webhooks.py lists it) -----------------------------------------------------
+
+
+class ResendWebhook(WebhookScheme):
+    """``OUTBOX_MAILER_WEBHOOKS__RESEND__SECRET``: the endpoint's Svix signing secret."""
+
+    name: ClassVar[str] = PROVIDER
+    secret: SecretStr | None = None  # the endpoint's Svix signing secret, whsec_...
+
+    @field_validator("secret")
+    @classmethod
+    def _secret(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and not value.get_secret_value().startswith(SECRET_PREFIX):
+            raise ValueError("expected the signing secret Resend shows for the endpoint, starting with whsec_")
+        return value
+
+    def enabled(self) -> bool:
+        return self.secret is not None
+
+    async def received(self, request: WebhookRequest) -> Received:
+        verify(request.headers, request.body, self.required(self.secret).get_secret_value(), request.now)
+        return parse(request.body, request.headers["svix-id"])

@@ -42,11 +42,12 @@ import binascii
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from functools import lru_cache
-from typing import Any
+from typing import Any, ClassVar
 
 from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
+from pydantic import field_validator
 
 from .model import (
     BounceClass,
@@ -55,6 +56,8 @@ from .model import (
     ProviderEvent,
     Received,
     Unauthenticated,
+    WebhookRequest,
+    WebhookScheme,
     check_timestamp,
     json_body,
 )
@@ -174,11 +177,35 @@ def _message_id_prefix(value: Any) -> str | None:
 
 def _smtp_id(value: Any) -> str | None:
     if isinstance(value, str):
-        value = value.strip()
-        if len(value) > 2 and value.startswith("<") and value.endswith(">"):
-            return value
+        text = value.strip()
+        if len(text) > 2 and text.startswith("<") and text.endswith(">"):
+            return text
     return None
 
 
 def _string(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
+
+
+# ---- the webhook scheme (webhooks.py lists it) -----------------------------------------------------
+
+
+class SendgridWebhook(WebhookScheme):
+    """``OUTBOX_MAILER_WEBHOOKS__SENDGRID__PUBLIC_KEY``: the Signed Event Webhook's verification key."""
+
+    name: ClassVar[str] = PROVIDER
+    public_key: str | None = None  # base64 DER, or PEM
+
+    @field_validator("public_key")
+    @classmethod
+    def _key(cls, value: str | None) -> str | None:
+        if value is not None:
+            load_public_key(value)  # ValueError: not a P-256 public key
+        return value
+
+    def enabled(self) -> bool:
+        return self.public_key is not None
+
+    async def received(self, request: WebhookRequest) -> Received:
+        verify(request.headers, request.body, self.required(self.public_key), request.now)
+        return parse(request.body)

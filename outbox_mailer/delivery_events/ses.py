@@ -52,14 +52,25 @@ import json
 import re
 from collections.abc import Awaitable, Callable, Collection
 from datetime import datetime
-from typing import Any
+from typing import Any, ClassVar
 
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
+from pydantic import field_validator
 
-from .model import BounceClass, Kind, Malformed, ProviderEvent, Received, Unauthenticated, unverified_json
+from .model import (
+    BounceClass,
+    Kind,
+    Malformed,
+    ProviderEvent,
+    Received,
+    Unauthenticated,
+    WebhookRequest,
+    WebhookScheme,
+    unverified_json,
+)
 
 PROVIDER = "ses"
 # The only hosts a SigningCertURL or SubscribeURL may name. No setting changes it: tests that serve a certificate
@@ -114,7 +125,7 @@ def check_cert_url(url: Any) -> str:
     host = match.group("host").lower() if match else ""
     if not match or not SNS_CERT_HOST.fullmatch(host):
         raise Unauthenticated("SigningCertURL is not an https .pem URL on an Amazon SNS host")
-    return url
+    return match.string
 
 
 async def verify(body: bytes, topic_arns: Collection[str],
@@ -214,14 +225,15 @@ def _recipients(event_type: str, section_name: str, section: dict[str, Any], mai
         listed = section.get(_RECIPIENT_LISTS[section_name])
         if not isinstance(listed, list) or not all(isinstance(r, dict) for r in listed):
             raise Malformed(f"{event_type} without a list of recipient objects")
-        addresses = [r.get("emailAddress") for r in listed]
+        addresses: Any = [r.get("emailAddress") for r in listed]
     else:
         addresses = section.get("recipients") if section_name == "delivery" else mail.get("destination")
         if not isinstance(addresses, list):
             raise Malformed(f"{event_type} without a list of recipients")
-    if not all(isinstance(a, str) and a for a in addresses):
+    found = [a for a in addresses if isinstance(a, str) and a]
+    if len(found) != len(addresses):
         raise Malformed(f"{event_type} has a recipient that is not an address")
-    return addresses
+    return found
 
 
 def _time(value: Any, event_type: str) -> datetime | None:
@@ -249,3 +261,34 @@ def _header_message_id(mail: dict[str, Any]) -> str | None:
     if not isinstance(value, str) or not value.strip("<> \t"):
         return None
     return f"<{value.strip().strip('<>')}>"
+
+
+# ---- the webhook scheme (webhooks.py lists it) -----------------------------------------------------
+
+
+_ARN = re.compile(r"^arn:aws[a-z-]*:sns:[a-z0-9-]+:\d{12}:[A-Za-z0-9_.-]{1,256}$")
+
+
+class SesWebhook(WebhookScheme):
+    """``OUTBOX_MAILER_WEBHOOKS__SES__TOPIC_ARNS``: the SNS topics whose notifications are accepted."""
+
+    name: ClassVar[str] = PROVIDER
+    topic_arns: str | None = None  # comma-separated SNS topic ARNs
+
+    @field_validator("topic_arns")
+    @classmethod
+    def _arns(cls, value: str | None) -> str | None:
+        if value is not None:
+            bad = [a for a in value.split(",") if not _ARN.match(a.strip())]
+            if bad or not value.strip():
+                raise ValueError(f"not an SNS topic ARN: {bad[0] if bad else value!r}")
+        return value
+
+    def arns(self) -> frozenset[str]:
+        return frozenset(a.strip() for a in (self.topic_arns or "").split(",") if a.strip())
+
+    def enabled(self) -> bool:
+        return bool(self.arns())
+
+    async def received(self, request: WebhookRequest) -> Received:
+        return parse(await verify(request.body, self.required(self.arns() or None), request.certificate))

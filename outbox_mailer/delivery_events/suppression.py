@@ -92,7 +92,8 @@ def with_suppressed(deliveries: Sequence[Delivery], found: Mapping[str, str]) ->
     YYYY-MM-DD', as the look-up returns them) in ``delivery.suppressed``."""
     out = []
     for d in deliveries:
-        hits = dict.fromkeys(found[f] for r in _recipients(d) if (f := form_or_none(r)) in found)
+        forms = (form_or_none(r) for r in _recipients(d))
+        hits = dict.fromkeys(found[f] for f in forms if f is not None and f in found)
         out.append(dataclasses.replace(d, suppressed=tuple(hits)) if hits else d)
     return out
 

@@ -20,12 +20,17 @@ Rules, and why:
   (the SMTP transport checks) and is written raw into UTF-8 headers.
 * Special-use and reserved domains (email-validator's list, from RFC 6761:
   ``.test``, ``.local``, ``.localhost``, ``.onion``, all of ``.arpa`` with
-  ``.home.arpa``, ``.invalid``) are refused unless
-  :func:`allow_special_use_domains` was given True (the setting
-  ``OUTBOX_MAILER_ALLOW_SPECIAL_USE_DOMAINS``, applied process-wide when the
-  settings are loaded); ``.invalid`` is refused always, since it can never be
-  delivered.  Other top-level names intranets use (``.internal``, ``.lan``,
-  ``.corp``) pass either way: nothing here knows which names the public DNS
+  ``.home.arpa``, ``.invalid``) are refused unless the :class:`AddressPolicy`
+  passed in allows them (the settings build it from
+  ``OUTBOX_MAILER_ALLOW_SPECIAL_USE_DOMAINS``: ``Settings.address_policy()``);
+  ``.invalid`` is refused always, since it can never be delivered.
+  email-validator has no per-call option for its list (``test_environment``
+  lets ``.test`` alone through), and its list is left as shipped: an address
+  it refuses is checked again with a stand-in top-level name after the
+  domain, and accepted when that passes and the domain's own top-level name
+  is one of the list's (the forms returned are the domain's own).  Other
+  top-level names intranets use (``.internal``, ``.lan``, ``.corp``) pass
+  either way: nothing here knows which names the public DNS
   delegates.  A domain needs a dot and a top-level name that is not numeric,
   setting or not (``a@10.0.0.1`` is refused: an IP address is a domain literal).
 * An unquoted display name may not hold ``< > @ , ; : " \\`` (it would be
@@ -47,13 +52,11 @@ from __future__ import annotations
 import binascii
 import re
 import string
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
 
 import email_validator
-from email_validator import EmailNotValidError, validate_email
+from email_validator import EmailNotValidError, ValidatedEmail, validate_email
 from email_validator.rfc_constants import (
     CASE_INSENSITIVE_MAILBOX_NAMES,
     DOMAIN_MAX_LENGTH,
@@ -89,40 +92,20 @@ _PHRASE_WORD_BYTES = 45
 _MAX_QUOTED_NAME = 60
 
 
-# email-validator's list of refused special-use names, as shipped (RFC 6761 and the like: arpa,
-# invalid, local, localhost, onion, test); the library documents editing it in place to permit
-# some, and this module owns it.  ``invalid`` stays refused whatever the setting.
-_REFUSED_BY_DEFAULT = tuple(email_validator.SPECIAL_USE_DOMAIN_NAMES)
-_ALWAYS_REFUSED_NAMES = ("invalid",)
+@dataclass(frozen=True, slots=True)
+class AddressPolicy:
+    """What the parser accepts beyond email-validator's defaults (the settings build it: ``address_policy()``)."""
+
+    allow_special_use_domains: bool = False  # OUTBOX_MAILER_ALLOW_SPECIAL_USE_DOMAINS; never .invalid
 
 
-def allow_special_use_domains(allowed: bool) -> None:
-    """Let special-use domains through (``allowed``) or refuse them (the default).
+DEFAULT_POLICY = AddressPolicy()
+SPECIAL_USE_ALLOWED = AddressPolicy(allow_special_use_domains=True)
 
-    Process-wide: the settings apply it once they are valid (:func:`special_use_policy` while
-    they are checked); what was remembered under the other rule is forgotten.
-    """
-    names = _ALWAYS_REFUSED_NAMES if allowed else _REFUSED_BY_DEFAULT
-    if tuple(email_validator.SPECIAL_USE_DOMAIN_NAMES) == names:
-        return
-    email_validator.SPECIAL_USE_DOMAIN_NAMES[:] = names
-    _parsed.cache_clear()
-    _checked_domain.cache_clear()
-
-
-def special_use_domains_allowed() -> bool:
-    return tuple(email_validator.SPECIAL_USE_DOMAIN_NAMES) == _ALWAYS_REFUSED_NAMES
-
-
-@contextmanager
-def special_use_policy(allowed: bool) -> Iterator[None]:
-    """The rule ``allowed`` for the duration of the block, then the one before it (a settings check)."""
-    before = special_use_domains_allowed()
-    allow_special_use_domains(allowed)
-    try:
-        yield
-    finally:
-        allow_special_use_domains(before)
+# email-validator's list of refused special-use names, read (never written): those an allowing policy lets
+# through (arpa, local, localhost, onion, test); ``invalid`` stays refused whatever the policy.
+_SPECIAL_USE_NAMES = frozenset(email_validator.SPECIAL_USE_DOMAIN_NAMES) - {"invalid"}
+_STAND_IN = ".com"  # a top-level name email-validator accepts, put after a special-use domain to check the rest
 
 
 def find_control_character(text: str) -> str | None:
@@ -151,6 +134,7 @@ class ParsedAddress:
     def __post_init__(self) -> None:
         addr_spec = f"{self.local_part}@{self.ascii_domain}"
         name = self.display_name
+        words: tuple[str, ...]
         if not name:
             display, words = addr_spec, (addr_spec,)
         else:
@@ -176,8 +160,9 @@ def mailbox_form(raw: str) -> str:
     ``zoe@\uff45xample.com``, ``zoe@example\u3002com`` and ``zoe@example.com`` are one mailbox), with
     the ASCII letters of its local part in lower case (providers compare them so; other letters
     compare as written). A ``Name <...>`` gives its address. CompositionError when ``raw`` is not an
-    address this daemon would send to."""
-    parsed = parse_address(raw, "address")
+    address this daemon would send to under any policy (special-use domains are compared, ``.invalid``
+    refused): whether it may be sent to is composition's question, under the configured policy."""
+    parsed = parse_address(raw, "address", SPECIAL_USE_ALLOWED)
     return f"{parsed.local_part.translate(_ASCII_LOWER)}@{parsed.ascii_domain}"
 
 
@@ -191,46 +176,46 @@ def checked_text(value: object, field: str) -> str:
     return value
 
 
-def parse_address(raw: object, field: str) -> ParsedAddress:
-    """Parse and validate one address from field ``field`` of a row."""
+def parse_address(raw: object, field: str, policy: AddressPolicy = DEFAULT_POLICY) -> ParsedAddress:
+    """Parse and validate one address from field ``field`` of a row, under ``policy``."""
     if type(raw) is str and len(raw) <= _PARSED_CACHE_CHARS:
         try:
-            return _parsed(raw)
+            return _parsed(raw, policy)
         except CompositionError as exc:  # raised with no field name: give it ours
             raise CompositionError(field, exc.reason) from exc.__cause__
-    return _parse_checked(checked_text(raw, field), field)
+    return _parse_checked(checked_text(raw, field), field, policy)
 
 
 @lru_cache(maxsize=_PARSED_CACHE)
-def _parsed(raw: str) -> ParsedAddress:
-    """The result does not depend on the field, so it is remembered (failures are not).
+def _parsed(raw: str, policy: AddressPolicy) -> ParsedAddress:
+    """The result does not depend on the field, so it is remembered, by policy (failures are not).
 
     ``raw`` need not have been checked for control characters: that is done here."""
-    return _parse_checked(checked_text(raw, ""), "")
+    return _parse_checked(checked_text(raw, ""), "", policy)
 
 
-def _parse_checked(raw: str, field: str) -> ParsedAddress:
+def _parse_checked(raw: str, field: str, policy: AddressPolicy) -> ParsedAddress:
     """parse_address() for a string already checked for control characters."""
     display_name, addr = _split_display_name(raw.strip(), field)
-    return _validated(display_name, addr, raw, field)
+    return _validated(display_name, addr, raw, field, policy)
 
 
-def parse_address_list(raw: object, field: str) -> tuple[ParsedAddress, ...]:
-    """Parse a list of addresses; errors name the element as ``field[i]``."""
+def parse_address_list(raw: object, field: str, policy: AddressPolicy = DEFAULT_POLICY) -> tuple[ParsedAddress, ...]:
+    """Parse a list of addresses under ``policy``; errors name the element as ``field[i]``."""
     if not isinstance(raw, (list, tuple)):
         raise CompositionError(field, f"expected a list of strings, got {type(raw).__name__}")
     try:  # the element's field name is only needed for an error: made then, by the loop below
-        return tuple(map(_parse_unnamed, raw))
+        return tuple(_parse_unnamed(item, policy) for item in raw)
     except CompositionError:
         pass
-    return tuple(parse_address(item, f"{field}[{i}]") for i, item in enumerate(raw))
+    return tuple(parse_address(item, f"{field}[{i}]", policy) for i, item in enumerate(raw))
 
 
-def _parse_unnamed(raw: object) -> ParsedAddress:
+def _parse_unnamed(raw: object, policy: AddressPolicy) -> ParsedAddress:
     """parse_address() for a field named later (only an error needs its name)."""
     if type(raw) is str and len(raw) <= _PARSED_CACHE_CHARS:
-        return _parsed(raw)
-    return _parse_checked(checked_text(raw, ""), "")
+        return _parsed(raw, policy)
+    return _parse_checked(checked_text(raw, ""), "", policy)
 
 
 def _split_display_name(text: str, field: str) -> tuple[str, str]:
@@ -279,9 +264,9 @@ def _unquote(inner: str, field: str) -> str:
     return "".join(chars)
 
 
-def _validated(display_name: str, addr: str, raw: str, field: str) -> ParsedAddress:
+def _validated(display_name: str, addr: str, raw: str, field: str, policy: AddressPolicy) -> ParsedAddress:
     try:
-        local_part, domain, ascii_domain = _validate_email(addr)
+        local_part, domain, ascii_domain = _validate_email(addr, policy)
     except EmailNotValidError as exc:
         raise CompositionError(field, f"invalid address {raw!r}: {exc}") from exc
     return ParsedAddress(
@@ -292,24 +277,45 @@ def _validated(display_name: str, addr: str, raw: str, field: str) -> ParsedAddr
     )
 
 
-def _validate_email(addr: str) -> tuple[str, str, str]:
+def _validate_email(addr: str, policy: AddressPolicy = DEFAULT_POLICY) -> tuple[str, str, str]:
     """(local part, domain, ASCII domain), or EmailNotValidError.
 
     The fast path (~1 µs) answers for the common addresses, the full
     email_validator check (~20 µs, far more for IDN) for everything else,
     including every refusal.
     """
-    fast = _validate_fast(addr)
-    return fast if fast is not None else _validate_full(addr)
+    fast = _validate_fast(addr, policy)
+    return fast if fast is not None else _validate_full(addr, policy)
 
 
-def _validate_full(addr: str) -> tuple[str, str, str]:
-    """email_validator without DNS: the reference the fast path must agree with."""
-    result = validate_email(addr, check_deliverability=False)
+def _validate_full(addr: str, policy: AddressPolicy = DEFAULT_POLICY) -> tuple[str, str, str]:
+    """email_validator without DNS, under ``policy``: the reference the fast path must agree with."""
+    result = _validated_email(addr, policy)
     return result.local_part, result.domain, result.ascii_domain
 
 
-def _validate_fast(addr: str) -> tuple[str, str, str] | None:
+def _validated_email(addr: str, policy: AddressPolicy) -> ValidatedEmail:
+    """``validate_email`` without DNS; when ``policy`` allows special-use domains and it refuses ``addr``,
+    ``addr`` with :data:`_STAND_IN` after its domain, if that passes and the domain's own top-level name
+    is special-use (a dotless or numeric domain stays refused), with the domain's own forms."""
+    try:
+        return validate_email(addr, check_deliverability=False)
+    except EmailNotValidError:
+        if not policy.allow_special_use_domains:
+            raise
+        try:
+            stood_in = validate_email(addr + _STAND_IN, check_deliverability=False)
+        except EmailNotValidError:
+            pass
+        else:
+            domain, ascii_domain = stood_in.domain[: -len(_STAND_IN)], stood_in.ascii_domain[: -len(_STAND_IN)]
+            if "." in ascii_domain and ascii_domain.rpartition(".")[2] in _SPECIAL_USE_NAMES:
+                stood_in.domain, stood_in.ascii_domain = domain, ascii_domain
+                return stood_in
+        raise
+
+
+def _validate_fast(addr: str, policy: AddressPolicy = DEFAULT_POLICY) -> tuple[str, str, str] | None:
     """What :func:`_validate_full` returns for ``addr``, or None when unsure (never an error).
 
     Why this is the same answer, for email_validator's default options without
@@ -334,7 +340,7 @@ def _validate_fast(addr: str) -> tuple[str, str, str] | None:
         return None
     if len(domain) > DOMAIN_MAX_LENGTH:  # refused anyway; and not worth a place in the cache
         return None
-    checked = _checked_domain(domain)
+    checked = _checked_domain(domain, policy)
     if checked is None:
         return None
     unicode_domain, ascii_domain, longest_domain = checked
@@ -345,14 +351,14 @@ def _validate_fast(addr: str) -> tuple[str, str, str] | None:
 
 
 @lru_cache(maxsize=_DOMAIN_CACHE)
-def _checked_domain(domain: str) -> tuple[str, str, int] | None:
+def _checked_domain(domain: str, policy: AddressPolicy) -> tuple[str, str, int] | None:
     """(domain, ASCII domain, longest UTF-8 form in bytes) as email_validator gives them, or None.
 
     None when the domain is refused, or when the representative address is
     (its length check included): the caller then falls back to the full check.
     """
     try:
-        result = validate_email("x@" + domain, check_deliverability=False)
+        result = _validated_email("x@" + domain, policy)
     except EmailNotValidError:
         return None
     # validate_email_length measures the domain as given, normalised and in ASCII, in UTF-8.

@@ -61,6 +61,8 @@ from ..delivery import (
 from ..errors import CompositionError
 from . import mime
 from .addresses import (
+    DEFAULT_POLICY,
+    AddressPolicy,
     ParsedAddress,
     checked_text,
     find_control_character,
@@ -101,19 +103,21 @@ def compose(
     now: datetime,
     text_alternative: bool = True,
     verify: bool = False,
+    address_policy: AddressPolicy = DEFAULT_POLICY,
 ) -> ComposedMessage:
     """Validate ``delivery`` and render it; raise CompositionError if it cannot be sent.
 
     ``text_alternative``: an HTML-only row also gets a text/plain rendering of its HTML.
     ``verify=True`` also parses the result back (:func:`check_composed`): for debugging.
+    ``address_policy``: what the addresses may be (the settings' ``address_policy()``).
     """
-    sender = _sender(delivery.from_address, default_from)
-    to = parse_address_list(delivery.to_addresses, "to_addresses")
+    sender = _sender(delivery.from_address, default_from, address_policy)
+    to = parse_address_list(delivery.to_addresses, "to_addresses", address_policy)
     if not to:
         raise CompositionError("to_addresses", "at least one recipient is required")
-    cc = parse_address_list(delivery.cc_addresses, "cc_addresses")
-    bcc = parse_address_list(delivery.bcc_addresses, "bcc_addresses")
-    reply_to = None if delivery.reply_to is None else parse_address(delivery.reply_to, "reply_to")
+    cc = parse_address_list(delivery.cc_addresses, "cc_addresses", address_policy)
+    bcc = parse_address_list(delivery.bcc_addresses, "bcc_addresses", address_policy)
+    reply_to = None if delivery.reply_to is None else parse_address(delivery.reply_to, "reply_to", address_policy)
     subject = checked_text(delivery.subject, "subject")
     custom = checked_custom_headers(delivery.headers)
     text_body, html_body = delivery.text_body, delivery.html_body
@@ -181,11 +185,11 @@ def compose(
 # -- checking the row --------------------------------------------------------
 
 
-def _sender(from_address: str | None, default_from: str | None) -> ParsedAddress:
+def _sender(from_address: str | None, default_from: str | None, policy: AddressPolicy) -> ParsedAddress:
     if from_address is not None:
-        return parse_address(from_address, "from_address")
+        return parse_address(from_address, "from_address", policy)
     if default_from is not None:
-        return parse_address(default_from, "from_address")
+        return parse_address(default_from, "from_address", policy)
     raise CompositionError("from_address", "no from_address and no default sender configured")
 
 

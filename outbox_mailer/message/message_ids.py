@@ -33,7 +33,7 @@ import socket
 from dataclasses import dataclass
 
 from ..errors import CompositionError
-from .addresses import parse_address
+from .addresses import SPECIAL_USE_ALLOWED, parse_address
 
 __all__ = ["DEFAULT_KEY", "DEFAULT_SECRET", "MessageIdKey", "is_message_id"]
 
@@ -68,7 +68,7 @@ def is_message_id(value: object) -> bool:
 def _fallback_domain(default_from: str | None) -> str:
     if default_from is not None:
         try:
-            domain = parse_address(default_from, "default_from").ascii_domain.lower()
+            domain = parse_address(default_from, "default_from", SPECIAL_USE_ALLOWED).ascii_domain.lower()
         except CompositionError:  # the settings refuse such a sender; never fail a claim for it
             domain = ""
         if _ASCII_DOMAIN.fullmatch(domain):

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from ..delivery import Delivery, Outcome, RefusedRecipient
 from ..errors import CompositionError
-from .addresses import mailbox_form, parse_address
+from .addresses import DEFAULT_POLICY, AddressPolicy, mailbox_form, parse_address
 
 __all__ = ["ALLOWED_SETTING", "REDIRECT_SETTING", "Guarded", "StagingGuard", "allowed_patterns",
            "checked_redirect"]
@@ -54,10 +54,10 @@ def allowed_patterns(value: str) -> tuple[str, ...]:
     return tuple(patterns)
 
 
-def checked_redirect(value: str) -> str:
-    """The redirect address, checked with composition's own rules (else every row would fail)."""
+def checked_redirect(value: str, policy: AddressPolicy = DEFAULT_POLICY) -> str:
+    """The redirect address, checked with composition's own rules and policy (else every row would fail)."""
     try:
-        parse_address(value, "redirect_to")
+        parse_address(value, "redirect_to", policy)
     except CompositionError as exc:
         raise ValueError(f"{value!r} is not an address mail can be sent to: {exc.reason}") from None
     return value

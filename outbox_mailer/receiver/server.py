@@ -2,8 +2,9 @@
 
 It faces the internet, so it runs apart from the daemon (its own command and systemd unit) and
 trusts nothing before the provider's own signature over the raw body checks out. Routes:
-``POST /webhooks/{resend,postmark,sendgrid,ses,mailgun}`` (404 unless that provider's secret is
-set), ``GET /healthz``, ``GET /metrics``.
+``POST /webhooks/<name>`` for each provider of the registry (``delivery_events/webhooks.py``: resend,
+postmark, sendgrid, ses, mailgun; 404 unless that provider's secret is set), ``GET /healthz``,
+``GET /metrics``.
 
 Answers: 413 for a body over 5 MiB (read no further), 401 for a bad or missing signature or
 credentials, a stale timestamp or a Mailgun token reused with another body (always the same words:
@@ -18,7 +19,7 @@ nothing (events are unique on provider and event id; Svix retries reuse ``svix-i
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import urlsplit
@@ -32,7 +33,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from ..clock import utc_now
-from ..delivery_events import mailgun, postmark, resend, sendgrid, ses
+from ..delivery_events import ses
 from ..delivery_events.model import (
     MAX_BODY_BYTES,
     Received,
@@ -40,7 +41,9 @@ from ..delivery_events.model import (
     Unauthenticated,
     Unavailable,
     WebhookRefused,
+    WebhookRequest,
 )
+from ..delivery_events.webhooks import WEBHOOK_PROVIDERS
 from ..errors import DatabaseError
 from ..settings.events import WebhookSettings
 from ..store import EventStore
@@ -100,22 +103,8 @@ class Receiver:
 
     async def verified(self, provider: str, headers: dict[str, str], body: bytes) -> Received:
         """The provider's own scheme over the raw body, then its parser."""
-        cfg, now = self.settings, self.clock()
-        if provider == "resend":
-            resend.verify(headers, body, cfg.resend.secret.get_secret_value(), now)  # type: ignore[union-attr]
-            return resend.parse(body, headers["svix-id"])
-        if provider == "postmark":
-            postmark.verify(headers, body, cfg.postmark.username or "",
-                            cfg.postmark.password.get_secret_value())  # type: ignore[union-attr]
-            return postmark.parse(body)
-        if provider == "sendgrid":
-            sendgrid.verify(headers, body, cfg.sendgrid.public_key or "", now)
-            return sendgrid.parse(body)
-        if provider == "ses":
-            envelope = await ses.verify(body, cfg.ses.arns(), self.certificate)
-            return ses.parse(envelope)
-        mailgun.verify(body, cfg.mailgun.signing_key.get_secret_value(), now)  # type: ignore[union-attr]
-        return mailgun.parse(body)
+        request = WebhookRequest(headers, body, self.clock(), self.certificate)
+        return await self.settings.schemes()[provider].received(request)
 
     async def confirm_subscription(self, url: str) -> None:
         parts = urlsplit(url)
@@ -149,9 +138,16 @@ async def _body(request: Request) -> bytes:
     return b"".join(chunks)
 
 
-async def _webhook(request: Request) -> Response:
-    receiver: Receiver = request.app.state.receiver
-    provider = request.path_params["provider"]
+def _webhook(provider: str) -> Callable[[Request], Awaitable[Response]]:
+    """The endpoint of ``POST /webhooks/<provider>``."""
+
+    async def endpoint(request: Request) -> Response:
+        return await _take(request.app.state.receiver, provider, request)
+
+    return endpoint
+
+
+async def _take(receiver: Receiver, provider: str, request: Request) -> Response:
     if provider not in receiver.enabled:
         return PlainTextResponse("no such webhook here\n", status_code=404)
     try:
@@ -197,7 +193,7 @@ async def _metrics(request: Request) -> Response:
 
 def build_app(receiver: Receiver) -> Any:
     app = Starlette(routes=[
-        Route("/webhooks/{provider}", _webhook, methods=["POST"]),
+        *(Route(f"/webhooks/{name}", _webhook(name), methods=["POST"]) for name in WEBHOOK_PROVIDERS),
         Route("/healthz", _healthz, methods=["GET"]),
         Route("/metrics", _metrics, methods=["GET"]),
     ])

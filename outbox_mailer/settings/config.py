@@ -35,7 +35,7 @@ from pydantic_settings import (
 )
 
 from ..errors import CompositionError, ConfigurationError
-from ..message.addresses import allow_special_use_domains, parse_address, special_use_policy
+from ..message.addresses import AddressPolicy, parse_address
 from ..message.dkim_signing import DkimSettings
 from ..message.message_ids import DEFAULT_SECRET, MessageIdKey
 from ..message.staging import ALLOWED_SETTING, REDIRECT_SETTING, allowed_patterns, checked_redirect
@@ -228,7 +228,7 @@ class Settings(BaseSettings):
     )
 
     database_url: SecretStr | None = None  # postgresql://user:pass@host/db (session-capable)
-    # before default_from and redirect_to: their checks use it (addresses.allow_special_use_domains)
+    # before default_from and redirect_to: their checks use it (address_policy())
     allow_special_use_domains: bool = False  # special-use domains (.local .test .home.arpa ...) allowed; never .invalid
     default_from: str | None = None  # sender when a row's from_address is null
     text_alternative: bool = True  # an HTML-only row also gets a text/plain part made from its HTML
@@ -274,8 +274,7 @@ class Settings(BaseSettings):
         # the rule of a row's from_address, by the same function (compose.py's _sender)
         if value is not None:
             try:
-                with special_use_policy(_special_use_allowed(info)):
-                    parse_address(value, "default_from")
+                parse_address(value, "default_from", _address_policy(info))
             except CompositionError as exc:
                 raise ValueError(f"{value!r} is not a valid sender address: {exc.reason}") from None
         return value
@@ -292,8 +291,7 @@ class Settings(BaseSettings):
     def _redirect_to(cls, value: str | None, info: ValidationInfo) -> str | None:
         if value is None:
             return None
-        with special_use_policy(_special_use_allowed(info)):
-            return checked_redirect(value)
+        return checked_redirect(value, _address_policy(info))
 
     @classmethod
     def settings_customise_sources(
@@ -350,8 +348,11 @@ class Settings(BaseSettings):
                 f"default_transport {self.default_transport!r} is not configured "
                 f"(configured: {', '.join(sorted(self.all_transports()))})"
             )
-        allow_special_use_domains(self.allow_special_use_domains)  # for the process, once all is valid
         return self
+
+    def address_policy(self) -> AddressPolicy:
+        """What the address parser accepts, for whoever parses a row's addresses (composition, checks)."""
+        return AddressPolicy(allow_special_use_domains=self.allow_special_use_domains)
 
     def require_database_url(self) -> str:
         if self.database_url is None:
@@ -368,9 +369,10 @@ class Settings(BaseSettings):
         return data
 
 
-def _special_use_allowed(info: ValidationInfo) -> bool:
-    """OUTBOX_MAILER_ALLOW_SPECIAL_USE_DOMAINS, validated already (it is declared first; False if it was invalid)."""
-    return bool(info.data.get("allow_special_use_domains", False))
+def _address_policy(info: ValidationInfo) -> AddressPolicy:
+    """The policy of OUTBOX_MAILER_ALLOW_SPECIAL_USE_DOMAINS, validated already (it is declared first; the default
+    policy if it was invalid)."""
+    return AddressPolicy(allow_special_use_domains=bool(info.data.get("allow_special_use_domains", False)))
 
 
 def _setting_name(loc: tuple[Any, ...]) -> str:

@@ -1,6 +1,7 @@
 """Settings of the webhook receiver (``OUTBOX_MAILER_WEBHOOKS__...``), of suppression and of bounce tags.
 
-Each provider's route is enabled only when its secret is set; a provider left unset answers 404.
+Each provider's credentials are declared by its webhook scheme (``delivery_events/webhooks.py`` lists
+them); its route is enabled only when they are set, and a provider left unset answers 404.
 Secrets come from the environment or from credential files named like the variables without the
 prefix (``webhooks__resend__secret``), as every other secret does.
 """
@@ -8,105 +9,51 @@ prefix (``webhooks__resend__secret``), as every other secret does.
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, ConfigDict, SecretStr, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, SecretStr, create_model, field_validator, model_validator
 
 from ..delivery_events.bounce_tags import MAX_LOCAL_OCTETS, BounceAddress
+from ..delivery_events.model import WebhookScheme
+from ..delivery_events.webhooks import WEBHOOK_PROVIDERS
 from ..errors import CompositionError
 from ..message.addresses import parse_address
 from .checks import ListenAddress, Network, NetworkList, parse_networks
 
 FINITE = ConfigDict(allow_inf_nan=False)
-_ARN = re.compile(r"^arn:aws[a-z-]*:sns:[a-z0-9-]+:\d{12}:[A-Za-z0-9_.-]{1,256}$")
 
 
-class ResendWebhook(BaseModel):
-    secret: SecretStr | None = None  # the endpoint's Svix signing secret, whsec_...
+class WebhookListener(BaseModel):
+    """The receiver's own settings; :data:`WebhookSettings` adds each provider's credentials."""
 
-    @field_validator("secret")
-    @classmethod
-    def _secret(cls, value: SecretStr | None) -> SecretStr | None:
-        if value is not None and not value.get_secret_value().startswith("whsec_"):
-            raise ValueError("expected the signing secret Resend shows for the endpoint, starting with whsec_")
-        return value
-
-
-class PostmarkWebhook(BaseModel):
-    username: str | None = None  # the HTTP basic auth credentials set in the webhook's URL at Postmark
-    password: SecretStr | None = None
-
-    @model_validator(mode="after")
-    def _both(self) -> PostmarkWebhook:
-        if (self.username is None) != (self.password is None):
-            raise ValueError("set both USERNAME and PASSWORD, or neither")
-        if self.username is not None and not (self.username and self.password.get_secret_value()):  # type: ignore[union-attr]
-            raise ValueError("USERNAME and PASSWORD must not be empty")
-        return self
-
-
-class SendgridWebhook(BaseModel):
-    public_key: str | None = None  # the Signed Event Webhook's verification key (base64 DER, or PEM)
-
-    @field_validator("public_key")
-    @classmethod
-    def _key(cls, value: str | None) -> str | None:
-        if value is not None:
-            from ..delivery_events.sendgrid import (
-                load_public_key,  # cryptography: only when it is set
-            )
-
-            load_public_key(value)  # ValueError: not a P-256 public key
-        return value
-
-
-class SesWebhook(BaseModel):
-    topic_arns: str | None = None  # comma-separated SNS topic ARNs whose notifications are accepted
-
-    @field_validator("topic_arns")
-    @classmethod
-    def _arns(cls, value: str | None) -> str | None:
-        if value is not None:
-            bad = [a for a in value.split(",") if not _ARN.match(a.strip())]
-            if bad or not value.strip():
-                raise ValueError(f"not an SNS topic ARN: {bad[0] if bad else value!r}")
-        return value
-
-    def arns(self) -> frozenset[str]:
-        return frozenset(a.strip() for a in (self.topic_arns or "").split(",") if a.strip())
-
-
-class MailgunWebhook(BaseModel):
-    signing_key: SecretStr | None = None  # the HTTP webhook signing key of the Mailgun account
-
-    @field_validator("signing_key")
-    @classmethod
-    def _key(cls, value: SecretStr | None) -> SecretStr | None:
-        if value is not None and not value.get_secret_value().strip():
-            raise ValueError("empty: set the signing key Mailgun shows, or leave the setting out")
-        return value
-
-
-class WebhookSettings(BaseModel):
     model_config = FINITE
     address: ListenAddress | None = None  # "host:port" the receiver listens on; `outbox-mailer webhooks` needs it
     # addresses or networks of the reverse proxies in front, comma-separated: their connections are held to the
     # overall bound only, not to the per-client one (they speak for many clients)
     proxies: NetworkList = "127.0.0.0/8,::1"
-    resend: ResendWebhook = ResendWebhook()
-    postmark: PostmarkWebhook = PostmarkWebhook()
-    sendgrid: SendgridWebhook = SendgridWebhook()
-    ses: SesWebhook = SesWebhook()
-    mailgun: MailgunWebhook = MailgunWebhook()
 
     def proxy_networks(self) -> tuple[Network, ...]:
         return parse_networks(self.proxies)
 
+    def schemes(self) -> dict[str, WebhookScheme]:
+        """Each provider's credentials and scheme, by name, in the registry's order."""
+        found = {name: getattr(self, name, None) for name in WEBHOOK_PROVIDERS}
+        return {name: scheme for name, scheme in found.items() if isinstance(scheme, WebhookScheme)}
+
     def enabled(self) -> list[str]:
         """The providers whose route is on."""
-        on = {"resend": self.resend.secret is not None, "postmark": self.postmark.username is not None,
-              "sendgrid": self.sendgrid.public_key is not None, "ses": bool(self.ses.arns()),
-              "mailgun": self.mailgun.signing_key is not None}
-        return [name for name, is_on in on.items() if is_on]
+        return [name for name, scheme in self.schemes().items() if scheme.enabled()]
+
+
+# OUTBOX_MAILER_WEBHOOKS__*: the receiver's settings and one field per provider of the registry
+# (delivery_events/webhooks.py), named as the provider, holding its credentials (WEBHOOKS__RESEND__SECRET).
+if TYPE_CHECKING:  # the type checker sees the fields every WebhookSettings has; providers' through schemes()
+    WebhookSettings = WebhookListener
+else:
+    WebhookSettings = create_model(
+        "WebhookSettings", __base__=WebhookListener, __module__=__name__,
+        **{name: (scheme, scheme()) for name, scheme in WEBHOOK_PROVIDERS.items()},
+    )
 
 
 class SuppressionSettings(BaseModel):

@@ -36,10 +36,6 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 
 from outbox_mailer.daemon.service import Daemon
 from outbox_mailer.daemon.transport_factory import build_transports
-from outbox_mailer.message.addresses import (
-    allow_special_use_domains,
-    special_use_domains_allowed,
-)
 from outbox_mailer.settings.config import Settings
 from tests.conftest import cloned_database
 from tests.e2e.chaos import Figures
@@ -212,13 +208,9 @@ def delivered_mail(pf: PostfixServer, rows: dict[str, dict[str, Any]]) -> dict[s
 @pytest.fixture(scope="module")
 def run(pg_server: str, template_db: str) -> Iterator[Run]:
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    policy_before = special_use_domains_allowed()
-    try:
-        with postfix_server() as pf, cloned_database(pg_server, template_db) as url:
-            rows, attempts = anyio.run(deliver_all, url, pf, key)
-            yield Run(rows, attempts, delivered_mail(pf, rows), key, pf)
-    finally:  # the settings applied ALLOW_SPECIAL_USE_DOMAINS process-wide: the next module must not inherit it
-        allow_special_use_domains(policy_before)
+    with postfix_server() as pf, cloned_database(pg_server, template_db) as url:
+        rows, attempts = anyio.run(deliver_all, url, pf, key)
+        yield Run(rows, attempts, delivered_mail(pf, rows), key, pf)
 
 
 @pytest.fixture(scope="module")

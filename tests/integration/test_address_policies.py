@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import email
 import email.policy
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from outbox_mailer.message.addresses import allow_special_use_domains
 from outbox_mailer.store import Store
 from tests.integration.conftest import insert
 from tests.smtp_server import SmtpTestServer, running_smtp_server
@@ -18,12 +16,6 @@ from tests.smtp_server import SmtpTestServer, running_smtp_server
 pytestmark = pytest.mark.anyio
 
 INTRANET = ["ops@printer.local", "ops@nas.home.arpa", "ops@shop.example.test", "ops@dev.localhost"]
-
-
-@pytest.fixture(autouse=True)
-def _policy_reset() -> Iterator[None]:
-    yield
-    allow_special_use_domains(False)  # as a process without the setting has it
 
 
 def parsed(data: bytes) -> email.message.EmailMessage:

@@ -19,7 +19,6 @@ The example count (for each of four strategies) is OUTBOX_ADDRESS_EXAMPLES (defa
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 
 import pytest
 from email_validator import EmailNotValidError, validate_email
@@ -34,11 +33,6 @@ from outbox_mailer.message.addresses import ParsedAddress, parse_address
 EXAMPLES = int(os.environ.get("OUTBOX_ADDRESS_EXAMPLES", "500"))
 
 
-@pytest.fixture(autouse=True)
-def _default_special_use_policy() -> Iterator[None]:
-    """The default rule (special-use domains refused), whatever a test run before in this process left."""
-    with addresses.special_use_policy(False):
-        yield
 ATEXT = "abcxyzABCXYZ0189!#$%&'*+/=?^_`{|}~-"
 
 # -- the reference: email_validator as compose() called it before the fast path --

@@ -13,14 +13,14 @@ from hypothesis import strategies as st
 
 from outbox_mailer.errors import CompositionError
 from outbox_mailer.message.addresses import (
+    SPECIAL_USE_ALLOWED,
+    AddressPolicy,
     ParsedAddress,
     address_words,
-    allow_special_use_domains,
     encoded_words,
     find_control_character,
     parse_address,
     parse_address_list,
-    special_use_policy,
 )
 
 
@@ -202,13 +202,6 @@ SPECIAL_USE = ["a@printer.local", "a@nas.home.arpa", "a@shop.example.test", "a@d
 INTRANET = ["a@mail.internal", "a@host.lan", "a@db.corp"]  # no public DNS knows them, but nothing here can tell
 
 
-@pytest.fixture
-def special_use_allowed():
-    allow_special_use_domains(True)
-    yield
-    allow_special_use_domains(False)
-
-
 @pytest.mark.parametrize("raw", SPECIAL_USE)
 def test_special_use_domains_are_refused_by_default(raw: str) -> None:
     with pytest.raises(CompositionError) as info:
@@ -222,52 +215,51 @@ def test_other_intranet_names_pass_either_way(raw: str) -> None:
 
 
 @pytest.mark.parametrize("raw", [*SPECIAL_USE, *INTRANET])
-def test_special_use_domains_pass_when_allowed(special_use_allowed: None, raw: str) -> None:
-    parsed = parse_address(raw, "to_addresses[0]")
+def test_special_use_domains_pass_when_allowed(raw: str) -> None:
+    parsed = parse_address(raw, "to_addresses[0]", SPECIAL_USE_ALLOWED)
     assert parsed.addr_spec == raw.rpartition("<")[2].rstrip(">")
 
 
 @pytest.mark.parametrize("raw", ["a@example.invalid", "Shop <a@x.y.invalid>"])
-def test_invalid_stays_refused_when_special_use_is_allowed(special_use_allowed: None, raw: str) -> None:
+def test_invalid_stays_refused_when_special_use_is_allowed(raw: str) -> None:
     with pytest.raises(CompositionError, match="special-use or reserved"):
-        parse_address(raw, "from_address")
+        parse_address(raw, "from_address", SPECIAL_USE_ALLOWED)
 
 
 @pytest.mark.parametrize("raw", ["a@intranet", "a@localhost", "a@10.0.0.1", "a@999"])
-def test_a_domain_needs_a_dot_and_a_top_level_name_even_when_special_use_is_allowed(
-        special_use_allowed: None, raw: str) -> None:
+def test_a_domain_needs_a_dot_and_a_top_level_name_even_when_special_use_is_allowed(raw: str) -> None:
     with pytest.raises(CompositionError, match=r"period|top-level domain"):
-        parse_address(raw, "to_addresses[0]")
+        parse_address(raw, "to_addresses[0]", SPECIAL_USE_ALLOWED)
 
 
-def test_a_settings_check_leaves_the_process_rule_as_it_was() -> None:
-    with special_use_policy(True):
-        assert parse_address("a@printer.local", "f").domain == "printer.local"
+def test_two_policies_in_one_process_give_their_own_answers() -> None:
+    strict, allowing = AddressPolicy(), AddressPolicy(allow_special_use_domains=True)
     with pytest.raises(CompositionError):
-        parse_address("a@printer.local", "f")
-
-
-def test_turning_the_setting_off_again_forgets_what_was_accepted() -> None:
-    allow_special_use_domains(True)
-    try:
-        assert parse_address("a@printer.local", "f").domain == "printer.local"  # now remembered
-    finally:
-        allow_special_use_domains(False)
+        parse_address("a@printer.local", "f", strict)
+    assert parse_address("a@printer.local", "f", allowing).domain == "printer.local"  # remembered under its policy
     with pytest.raises(CompositionError):
-        parse_address("a@printer.local", "f")
+        parse_address("a@printer.local", "f", strict)
+    assert parse_address_list(["a@nas.home.arpa", "b@example.com"], "to", allowing)[0].domain == "nas.home.arpa"
+    with pytest.raises(CompositionError, match=r"to\[0\]"):
+        parse_address_list(["a@nas.home.arpa", "b@example.com"], "to", strict)
 
 
-def test_settings_that_fail_validation_leave_the_rule_unchanged() -> None:
-    from pydantic import ValidationError
+def test_an_internationalised_special_use_domain_keeps_its_forms_when_allowed() -> None:
+    parsed = parse_address("zoë@bücher.local", "to", SPECIAL_USE_ALLOWED)
+    assert (parsed.domain, parsed.ascii_domain, parsed.addr_spec) == (
+        "bücher.local", "xn--bcher-kva.local", "zoë@xn--bcher-kva.local")
 
-    from outbox_mailer.message.addresses import special_use_domains_allowed
+
+def test_loading_settings_that_allow_special_use_domains_leaves_email_validator_untouched(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import email_validator
+
     from outbox_mailer.settings.config import Settings
 
-    with pytest.raises(ValidationError):
-        Settings(allow_special_use_domains=True, default_from="Shop <noreply@shop.example.test>", max_message_bytes=5)
-    assert not special_use_domains_allowed()
-    try:
-        Settings(allow_special_use_domains=True, default_from="Shop <noreply@shop.example.test>")
-        assert special_use_domains_allowed()
-    finally:
-        allow_special_use_domains(False)
+    before = list(email_validator.SPECIAL_USE_DOMAIN_NAMES)
+    monkeypatch.setenv("OUTBOX_MAILER_ALLOW_SPECIAL_USE_DOMAINS", "true")
+    settings = Settings(default_from="Shop <noreply@shop.example.test>")
+    assert before == email_validator.SPECIAL_USE_DOMAIN_NAMES
+    assert settings.address_policy() == SPECIAL_USE_ALLOWED
+    with pytest.raises(CompositionError):  # a parse with the default policy still refuses them
+        parse_address("a@shop.example.test", "f")

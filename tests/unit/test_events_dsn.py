@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from outbox_mailer.delivery_events import dsn
-from outbox_mailer.delivery_events.dsn import MAX_GROUPS, is_bad_mailbox, parse_dsn
+from outbox_mailer.delivery_events.dsn import MAX_GROUPS, parse_dsn
 from outbox_mailer.delivery_events.model import BounceClass, Kind, ProviderEvent
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "dsn"
@@ -482,18 +482,3 @@ def test_mangled_fixtures_never_raise(name: str, rng: random.Random, edits: int)
         else:
             data = data[:position]
     check_result(parse_dsn(bytes(data), RECEIVED))
-
-
-# --- is_bad_mailbox -----------------------------------------------------------------------------------------
-
-@pytest.mark.parametrize(
-    ("code", "bad"),
-    [
-        ("5.1.1", True), ("5.1.10", True), ("5.1.2", True), ("5.1.3", True), ("5.1.6", True), (" 5.1.1 ", True),
-        ("5.1.0", False), ("5.1.4", False), ("5.1.5", False), ("5.1.7", False), ("5.1.8", False),
-        ("5.1.100", False), ("4.1.1", False), ("4.1.10", False), ("5.2.1", False), ("5.7.1", False),
-        ("5.1.1.1", False), ("5.1", False), ("", False), ("x5.1.1", False), (None, False),
-    ],
-)
-def test_is_bad_mailbox(code: str | None, bad: bool) -> None:
-    assert is_bad_mailbox(code) is bad

@@ -10,6 +10,7 @@ from aiosmtplib.email import parse_address
 
 from ...delivery import ComposedMessage, Delivery
 from ...errors import CompositionError
+from ...message.addresses import SPECIAL_USE_ALLOWED
 from ...message.addresses import parse_address as parse_row_address
 
 __all__ = ["PROBE_LOCAL_PART", "address_problem", "envelope_problem", "listed_index", "probe_recipient"]
@@ -57,7 +58,7 @@ def listed_index(delivery: Delivery, recipient: str) -> int:
     for n, listed in enumerate(delivery.listed or (*delivery.to_addresses, *delivery.cc_addresses,
                                                    *delivery.bcc_addresses), 1):
         try:
-            if parse_row_address(listed, "to").addr_spec.lower() == wanted:
+            if parse_row_address(listed, "to", SPECIAL_USE_ALLOWED).addr_spec.lower() == wanted:
                 return n
         except CompositionError:
             continue

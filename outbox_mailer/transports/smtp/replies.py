@@ -35,6 +35,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 from ...delivery import Cause, Outcome, OutcomeKind, RefusedRecipient
+from ...delivery_events.status_codes import about_policy, first_enhanced_code
 from ...providers.seam import AUTH_PAUSE_SECONDS, one_line
 
 __all__ = [
@@ -58,8 +59,6 @@ _ACCOUNT_TEXT = re.compile(
     re.IGNORECASE,
 )
 
-# RFC 3463 status code: class.subject.detail, class 2, 4 or 5.
-_ENHANCED_CODE = re.compile(r"[245]\.\d{1,3}\.\d{1,3}")
 _ID_TOKEN = re.compile(r"[A-Za-z0-9._@+/-]{5,}")
 _NAMED_ID = re.compile(r"(?:\bqueued\s+as|\bid=)\s*<?([A-Za-z0-9._@+/-]{5,})", re.IGNORECASE)
 
@@ -72,8 +71,7 @@ def classify_reply(code: int, text: str) -> tuple[OutcomeKind, str | None]:
     good: transient. The enhanced code is the first word of the reply text when
     it has the form ``class.subject.detail``.
     """
-    words = text.split(None, 1)
-    enhanced = words[0] if words and _ENHANCED_CODE.fullmatch(words[0]) else None
+    enhanced = first_enhanced_code(text)
     if 200 <= code < 300:
         return OutcomeKind.SENT, enhanced
     if 500 <= code < 600:
@@ -90,7 +88,7 @@ def queue_id(reply_text: str) -> str | None:
     if named:
         return named[1][:255]
     words = text.split()
-    if words and _ENHANCED_CODE.fullmatch(words[0]):
+    if words and first_enhanced_code(words[0]) is not None:
         words = words[1:]
     for word in words:
         for token in re.split(r"[=:<>()\[\],;]", word):
@@ -108,8 +106,8 @@ def account_refusal(code: int, text: str, *, envelope: bool = True) -> bool:
         return True
     if not envelope or not 400 <= code < 600:
         return False
-    enhanced = classify_reply(code, text)[1]
-    if enhanced is not None and enhanced.split(".")[1] != "7":
+    enhanced = first_enhanced_code(text)
+    if enhanced is not None and not about_policy(enhanced):
         return False
     return _ACCOUNT_TEXT.search(text) is not None
 
