@@ -165,7 +165,7 @@ class HttpApiTransport:
         answer = await self._exchange(request)
         if isinstance(answer, _NoAnswer):
             return [self._no_answer(answer, delivery, "batch") for delivery in deliveries]
-        outcomes = self._batches.interpret_batch(answer, deliveries, utc_now())
+        outcomes = batches.interpret_batch(answer, deliveries, utc_now())
         if len(outcomes) != len(deliveries):  # a provider module's bug: never guess which member is which
             raise RuntimeError(f"{self.kind}: {len(outcomes)} outcomes for a batch of {len(deliveries)}")
         return [self._cleaned(outcome) if isinstance(outcome, Outcome) else replace(
