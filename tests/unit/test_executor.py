@@ -115,3 +115,10 @@ async def test_rows_handed_as_a_batch_to_a_transport_without_a_batch_side_go_sin
     await Executor(b.ctx).carry_batch(rows, "smtp")
     assert [d.dedupe_key for d in b.smtp.sent] == ["k-1", "k-2"] and not b.ledger.batches
     assert {w.transition.status for w in b.recorder.writes} == {Status.SENT}
+
+
+async def test_a_row_sent_through_a_fallback_is_due_at_once_when_its_own_transport_reopened_meanwhile() -> None:
+    b = context()  # smtp (the row's own) is open again; api, its fallback, has no fallback of its own
+    write = await carried(b, Outcome.unreachable("connection refused"), name="api")
+    assert (write.transition.status, write.transition.scheduled_at, write.attempt.transport) == (
+        Status.PENDING, NOW, "api"), "the claim now routes the row back to smtp: due now, not after api's pause"
