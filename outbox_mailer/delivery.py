@@ -7,7 +7,8 @@
 * :class:`Outcome` – what a transport reports about one attempt, with its :class:`Cause`.
 * :class:`Transport` – the seam every transport implements; :class:`BatchTransport` –
   one that also sends many messages per request, each member getting a
-  :data:`BatchOutcome` (an :class:`Outcome`, or :class:`SendSingly`).
+  :data:`BatchOutcome` (an :class:`Outcome`, or :class:`SendSingly`); :func:`batch_transport`
+  tells one apart.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 
 class Status(enum.StrEnum):
@@ -283,6 +284,7 @@ class Transport(Protocol):
         """Close pooled connections."""
 
 
+@runtime_checkable
 class BatchTransport(Transport, Protocol):
     """A transport that can also send many messages in one request (a provider batch endpoint).
 
@@ -306,3 +308,8 @@ class BatchTransport(Transport, Protocol):
         """A digest of the exact request :meth:`send_batch` makes for the same arguments (recorded
         before it, so that a resend can prove it is the identical request); None when it cannot be
         built."""
+
+
+def batch_transport(transport: Transport) -> BatchTransport | None:
+    """``transport`` as a :class:`BatchTransport` when it sends batches (``batch_limit`` over 1), else None."""
+    return transport if isinstance(transport, BatchTransport) and transport.batch_limit > 1 else None

@@ -27,6 +27,7 @@ from ..clock import monotonic
 from ..errors import DatabaseError
 from ..settings.config import Settings
 from ..store import ClaimSession, OutcomeWrite
+from .context import DaemonContext
 from .executor import Executor
 from .gate import TransportGate
 from .inflight import InFlight
@@ -64,26 +65,30 @@ class Claimer:
         self._observer = observer
         self.last_claim_ok = -math.inf  # monotonic time of the last successful claim (health)
 
+    @property
+    def ctx(self) -> DaemonContext:
+        """What the claim shares with the executor: the worker, the routes, the transports."""
+        return self._executor.ctx
+
     def paused(self) -> list[str]:
         """Transports whose rows nothing can carry now: paused by the breaker, and so is every open
         fallback they have (failover.py)."""
-        now = monotonic()
-        return [name for name in self._gates if self._executor.routes.paused_everywhere(name, now)]
+        return self.ctx.routes.paused(monotonic())
 
     def _pauses_left(self) -> list[float]:
         """Seconds until each paused transport, and each lane waiting for its rate's next request slot,
         may take rows again."""
         now = monotonic()
-        paused = [g.breaker.remaining(now) for g in self._gates.values() if g.is_paused(now)]
+        paused = [g.paused_for(now) for g in self._gates.values() if g.is_paused(now)]
         slots = [self._gates[name].next_request_in() - self._window(name) for name in self._lanes]
         return paused + [s for s in slots if s > 0]
 
     def _window(self, name: str) -> float:
-        return self._inflight.start_window(self._executor.transports[name].send_timeout_seconds)
+        return self._inflight.start_window(self.ctx.transports[name].send_timeout_seconds)
 
     def _lane_room(self) -> int:
         """Sends the open transports could start right now: claim no more, so claimed rows do not
-        queue at a lane (a queued row's claim ages; see Executor._may_start)."""
+        queue at a lane (a queued row's claim ages; see InFlight.start_left)."""
         if not self._lanes:
             return self.settings.concurrency  # nothing to queue on (every row fails as an unknown transport)
         now = monotonic()
@@ -141,10 +146,10 @@ class Claimer:
             want = min(self.settings.batch_size, free)
             try:
                 session = await self._db.claim_session()
-                batch = await session.claim_due(want, self._executor.worker, paused=self._unclaimable(),
-                                                default_transport=self._executor.default_transport,
+                batch = await session.claim_due(want, self.ctx.worker, paused=self._unclaimable(),
+                                                default_transport=self.ctx.default_transport,
                                                 max_content_bytes=self.settings.max_message_bytes,
-                                                message_ids=self._executor.message_ids)
+                                                message_ids=self.ctx.message_ids)
             except DatabaseError as exc:
                 if not self._stopping.is_set():
                     await self._db.failed(exc, locking=True)  # a claim stopped midway may hold locks
@@ -157,7 +162,7 @@ class Claimer:
                 self._observer.claimed(len(batch))
             for delivery in batch:
                 if not self._executor.refuse_unsendable(delivery):
-                    self._lanes[self._executor.route(delivery)].submit(delivery)
+                    self._lanes[self.ctx.route(delivery)].submit(delivery)
             await self._db.ensure_listening()  # after the batch went to the lanes: a slow connect delays no send
             if len(batch) < want:
                 await self._idle(session)
@@ -170,7 +175,7 @@ class Claimer:
         except DatabaseError:
             next_due = None
         if next_due is not None:
-            until_due = (next_due - self._executor.clock()).total_seconds()
+            until_due = (next_due - self.ctx.clock()).total_seconds()
             pauses = self._pauses_left()
             if until_due > 0:
                 timeout = min(timeout, until_due)

@@ -42,9 +42,25 @@ if TYPE_CHECKING:
     from ..settings.config import Settings
     from .gate import TransportGate
 
-__all__ = ["CarrierLedger", "Routes", "presumed_carrier", "record_carrier"]
+__all__ = ["CarrierLedger", "Route", "Routes", "presumed_carrier", "record_carrier"]
 
 _NOT_TAKEN = frozenset({Cause.UNREACHABLE, Cause.PAUSED})
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """Where one attempt goes, taken once at its start and passed along its path."""
+
+    own: str  # the row's transport (its column, or the default)
+    pinned: str | None  # the transport of its latest attempt whose outcome is unknown
+    name: str  # the transport carrying this attempt
+    gate: TransportGate  # name's
+
+    @property
+    def recorded_first(self) -> bool:
+        """Not where a rescuer would presume the claim went (:func:`presumed_carrier`: a fallback, or
+        the route of a row pinned to a transport no longer configured): recorded before the send."""
+        return self.name != presumed_carrier(self.own, self.pinned)
 
 
 @dataclass(frozen=True)
@@ -75,12 +91,30 @@ class Routes:
         latest attempt whose outcome is unknown; one no longer configured is ignored), else :meth:`route`."""
         return pinned if pinned is not None and pinned in self.gates else self.route(own, now)
 
+    def attempt(self, own: str, pinned: str | None, name: str) -> Route:
+        """The route of an attempt through ``name`` (its gate must exist), taken once at its start."""
+        return Route(own, pinned, name, self.gates[name])
+
+    def moved_to(self, route: Route, outcome: Outcome, now: float) -> str | None:
+        """After ``outcome`` on ``route`` (already observed by its gate): the open transport the claim
+        now routes the row to, when the attempt proves the message was not taken (or it never started:
+        held back) and that is another transport; None: the row waits as decided. The chain is walked
+        once, and only after such an outcome."""
+        held_back = outcome.cause is Cause.HELD_BACK
+        if route.pinned is not None or not (held_back or self._not_taken(route.name, outcome)):
+            return None
+        following = self.route(route.own, now)
+        if following == route.name or not (held_back or self._open(following, now)):
+            return None
+        return following
+
     def moves_on(self, own: str, pinned: str | None, name: str, outcome: Outcome, now: float) -> bool:
-        """After ``outcome`` on ``name``: due again at once, because the attempt proves the message
-        was not taken (or it never started: held back) and the claim now routes the row elsewhere."""
-        if pinned is not None or self.route(own, now) == name:
-            return False
-        return outcome.cause is Cause.HELD_BACK or self.fails_over(name, outcome, now)
+        """After ``outcome`` on ``name``: due again at once (:meth:`moved_to`)."""
+        return self.moved_to(self.attempt(own, pinned, name), outcome, now) is not None
+
+    def paused(self, now: float) -> list[str]:
+        """Transports whose rows nothing can carry now (:meth:`paused_everywhere`)."""
+        return [name for name in self.gates if self.paused_everywhere(name, now)]
 
     def paused_everywhere(self, name: str, now: float) -> bool:
         """Nothing could carry a row of ``name`` now: do not claim it (a transport only held off by a
@@ -107,7 +141,7 @@ class Routes:
             return True
         wait = outcome.retry_after_seconds
         return outcome.cause is Cause.TRANSIENT and outcome.reply_code == 429 and wait is not None \
-            and wait > self.waits[name]
+            and wait > self.waits.get(name, 0.0)
 
 
 class CarrierLedger(Protocol):

@@ -36,7 +36,13 @@ class TransportGate:
         self.held_off_until = 0.0  # a 429 asked to wait until then (failover.py routes around a long one)
 
     def is_paused(self, now: float) -> bool:
+        """Whether this transport is paused at ``now`` (monotonic): the one answer the claimer, the
+        routes, the health check and the metrics ask for."""
         return self.breaker.is_paused(now)
+
+    def paused_for(self, now: float) -> float:
+        """Seconds until this transport's pause ends (0 while it is not paused)."""
+        return self.breaker.remaining(now) if self.is_paused(now) else 0.0
 
     def held_off_seconds(self, now: float) -> float:
         """How long a 429 asked to wait, here or (through the shared limits) at another daemon."""
@@ -76,16 +82,15 @@ class TransportGate:
 
     def _paused(self) -> Outcome | None:
         now = monotonic()
-        if self.breaker.is_paused(now):
-            return Outcome.held_back(f"transport {self.name!r} is paused",
-                                     retry_after_seconds=self.breaker.remaining(now))
+        if self.is_paused(now):
+            return Outcome.held_back(f"transport {self.name!r} is paused", retry_after_seconds=self.paused_for(now))
         return None
 
     def observe(self, outcome: Outcome) -> Outcome:
         """Feed the breaker and the rate limiter; returns the outcome with its retry time adjusted."""
         now = monotonic()
         if outcome.cause is Cause.PAUSED and outcome.pause_seconds:
-            was_paused = self.breaker.is_paused(now)
+            was_paused = self.is_paused(now)
             self.breaker.pause(now, outcome.pause_seconds)
             if not was_paused:  # one line per pause, not one per send that was in flight
                 log.error("transport %s paused for %.0fs: %s", self.name, outcome.pause_seconds, outcome.error)
@@ -96,7 +101,7 @@ class TransportGate:
         if self.limit is not None and throttling(outcome):
             self.limit.throttled(outcome.retry_after_seconds)  # slows every daemon's sends of it
         if outcome.cause is Cause.UNREACHABLE:
-            was_paused = self.breaker.is_paused(now)
+            was_paused = self.is_paused(now)
             pause = self.breaker.unreachable(now)
             if not was_paused:
                 log.warning("transport %s unreachable (%s): paused for %.1fs, attempts not charged",

@@ -38,8 +38,8 @@ from datetime import datetime
 import anyio
 from anyio.abc import TaskGroup
 
-from ..clock import utc_now
-from ..delivery import Transport
+from ..clock import monotonic, utc_now
+from ..delivery import Transport, batch_transport
 from ..errors import ConfigurationError
 from ..serving.systemd import SystemdNotifier
 from ..settings.config import Settings
@@ -48,6 +48,7 @@ from ..store.limits import LimitStore
 from ..store.pooler import session_pooling_problem
 from .breaker import Breaker
 from .claimer import Claimer, DaemonObserver
+from .context import DaemonContext
 from .executor import Executor
 from .gate import TransportGate
 from .inflight import InFlight
@@ -107,12 +108,13 @@ class Daemon:
                                  suppress_bad_mailboxes=settings.suppression.automatic)
         self._limits = LimitStore(self._url)  # connects only when a transport has a limit
         self.gates = build_gates(settings, self.transports, self._limits)
-        self.lanes = {name: Lane(name, t.max_parallel, getattr(t, "batch_limit", 0))
+        self.lanes = {name: Lane(name, t.max_parallel, bt.batch_limit if (bt := batch_transport(t)) else 0)
                       for name, t in self.transports.items()}
-        self.executor = Executor(settings, self.transports, self.gates, self.inflight, self.recorder, ledger=self._db,
-                                 worker=self.worker, default_transport=default_transport, clock=clock, rng=rng)
-        self.rescuer = Rescuer(settings, self._db, self.inflight, self.executor, self.recorder, self.transports,
-                               observer)
+        self.context = DaemonContext(settings, self.transports, self.gates, self.inflight, self.recorder,
+                                     worker=self.worker, default_transport=default_transport, ledger=self._db,
+                                     clock=clock, rng=rng)
+        self.executor = Executor(self.context)
+        self.rescuer = Rescuer(self.context, self._db, observer)
         self.claimer = Claimer(settings, self._db, self.inflight, self.executor, self.gates, self.lanes,
                                self.liveness, self._stopping, observer)
 
@@ -138,7 +140,7 @@ class Daemon:
         return {
             "loop_alive": now - self.liveness.last_turn <= 2 * beat_every + 1,
             "database": now - self.claimer.last_claim_ok <= 2 * self.settings.poll_interval_seconds + 5,
-            "paused_transports": sorted(self.claimer.paused()),
+            "paused_transports": sorted(self.context.routes.paused(monotonic())),
             "in_flight": len(self.inflight),
         }
 
@@ -150,8 +152,8 @@ class Daemon:
             await self._db.ensure_listening()
             log.info("started worker=%s concurrency=%d batch=%d", self.worker, self.settings.concurrency,
                      self.settings.batch_size)
-            if self.executor.guard is not None:
-                log.warning("staging guard on: %s", self.executor.guard.describe())
+            if (guard := self.context.preparation.guard) is not None:
+                log.warning("staging guard on: %s", guard.describe())
             self.notifier.ready(self.liveness.status())
             gc.freeze()  # what start-up built lives as long as the daemon: the collector need not scan it again
             async with anyio.create_task_group() as outer:

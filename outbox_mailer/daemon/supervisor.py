@@ -47,7 +47,7 @@ def supervise(processes: int, global_args: Sequence[str], notifier: SystemdNotif
               worker_name: str | None = None, metrics_address: str | None = None) -> int:
     """Run the children until they all exit; returns the exit code for the group."""
     notifier = notifier or SystemdNotifier()
-    stop = {"signal": None}
+    stop: dict[str, int | None] = {"signal": None}
 
     def on_signal(signum: int, _frame: object) -> None:
         stop["signal"] = signum
@@ -83,7 +83,7 @@ def supervise(processes: int, global_args: Sequence[str], notifier: SystemdNotif
             signal.signal(s, handler)
 
 
-def _loop(children: list[Child], sock: socket.socket, notifier: SystemdNotifier, stop: dict) -> int:
+def _loop(children: list[Child], sock: socket.socket, notifier: SystemdNotifier, stop: dict[str, int | None]) -> int:
     ready_sent = stopping = False
     interval = notifier.watchdog_interval_seconds
     last_forward = time.monotonic()
