@@ -30,7 +30,13 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from ..errors import CompositionError, OutboxMailerError
-from ..message.addresses import checked_text, find_control_character, parse_address, parse_address_list
+from ..message.addresses import (
+    SPECIAL_USE_ALLOWED,
+    checked_text,
+    find_control_character,
+    parse_address,
+    parse_address_list,
+)
 from ..message.compose import _checked_content_type, _checked_filename
 from ..message.header_fields import checked_custom_headers
 
@@ -184,14 +190,14 @@ def _as_list(value: object) -> list[Any]:
 
 def _addresses(value: object, name: str) -> list[str]:
     given = _as_list(value)
-    parse_address_list(given, name)
+    parse_address_list(given, name, SPECIAL_USE_ALLOWED)  # a special-use domain: the daemon's setting decides
     return given
 
 
 def _address(value: object, name: str) -> str | None:
     if value is None:
         return None
-    parse_address(value, name)
+    parse_address(value, name, SPECIAL_USE_ALLOWED)
     return value  # type: ignore[return-value]  # a str: parse_address refuses anything else
 
 

@@ -101,16 +101,12 @@ class Routes:
         held back) and that is another transport; None: the row waits as decided. The chain is walked
         once, and only after such an outcome."""
         held_back = outcome.cause is Cause.HELD_BACK
-        if route.pinned is not None or not (held_back or self._not_taken(route.name, outcome)):
+        if route.pinned is not None or not (held_back or self.proves_not_taken(route.name, outcome)):
             return None
         following = self.route(route.own, now)
         if following == route.name or not (held_back or self._open(following, now)):
             return None
         return following
-
-    def moves_on(self, own: str, pinned: str | None, name: str, outcome: Outcome, now: float) -> bool:
-        """After ``outcome`` on ``name``: due again at once (:meth:`moved_to`)."""
-        return self.moved_to(self.attempt(own, pinned, name), outcome, now) is not None
 
     def paused(self, now: float) -> list[str]:
         """Transports whose rows nothing can carry now (:meth:`paused_everywhere`)."""
@@ -122,21 +118,14 @@ class Routes:
         gate = self.gates.get(self.route(name, now))
         return gate is not None and gate.is_paused(now)
 
-    def fails_over(self, name: str, outcome: Outcome, now: float) -> bool:
-        """``outcome`` on ``name`` (already observed by its gate) proves the message was not taken,
-        and a transport of its fallback chain is open to take it."""
-        fallback = self.fallbacks.get(name)
-        if fallback is None or not self._not_taken(name, outcome):
-            return False
-        return self._open(self.route(fallback, now), now)
-
     def _open(self, name: str, now: float) -> bool:
         gate = self.gates.get(name)
         if gate is None:
             return True
         return not gate.is_paused(now) and gate.held_off_seconds(now) <= self.waits.get(name, 0.0)
 
-    def _not_taken(self, name: str, outcome: Outcome) -> bool:
+    def proves_not_taken(self, name: str, outcome: Outcome) -> bool:
+        """``outcome`` on ``name`` proves the message was not taken there: a fallback may carry it."""
         if outcome.cause in _NOT_TAKEN:
             return True
         wait = outcome.retry_after_seconds

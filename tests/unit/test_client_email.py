@@ -122,3 +122,11 @@ def test_an_email_cannot_be_changed_after_it_was_checked() -> None:
     e = email()
     with pytest.raises(AttributeError):
         e.subject = "Hi\r\nBcc: evil@example.com"  # type: ignore[misc]
+
+
+def test_a_special_use_domain_is_left_to_the_daemon_and_an_invalid_one_refused() -> None:
+    # whether mail may go to `.local` is the daemon's setting (OUTBOX_MAILER_ALLOW_SPECIAL_USE_DOMAINS), decided
+    # when it composes; `.invalid` can never be delivered, whatever a daemon allows
+    assert email(to=["ops@build.local"]).to == ("ops@build.local",)
+    with pytest.raises(InvalidEmail, match=r"to\[0\]"):
+        email(to=["ops@build.invalid"])

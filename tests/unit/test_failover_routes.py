@@ -21,6 +21,11 @@ def routes(fallbacks: dict[str, str], paused: tuple[str, ...] = (), wait: float 
     return Routes(fallbacks, {n: wait for n in names}, gates)
 
 
+def moves_on(r: Routes, own: str, pinned: str | None, name: str, outcome: Outcome) -> bool:
+    """Due again at once after ``outcome`` on ``name``: the claim would now send the row elsewhere."""
+    return r.moved_to(r.attempt(own, pinned, name), outcome, NOW) is not None
+
+
 def test_a_row_goes_to_its_own_transport_while_it_is_open() -> None:
     assert routes({"resend": "ses"}).route("resend", NOW) == "resend"
 
@@ -43,7 +48,7 @@ def test_with_every_transport_of_the_chain_paused_nothing_is_claimed() -> None:
     Outcome.transient("429 slow down", reply_code=429, retry_after_seconds=120),
 ])
 def test_outcomes_that_prove_the_message_was_not_taken_fail_over(outcome: Outcome) -> None:
-    assert routes({"resend": "ses"}).fails_over("resend", outcome, NOW)
+    assert routes({"resend": "ses"}).proves_not_taken("resend", outcome)
 
 
 @pytest.mark.parametrize("outcome", [
@@ -58,14 +63,15 @@ def test_outcomes_that_prove_the_message_was_not_taken_fail_over(outcome: Outcom
     Outcome.unsendable("cannot compose"),
 ])
 def test_other_outcomes_never_fail_over(outcome: Outcome) -> None:
-    assert not routes({"resend": "ses"}).fails_over("resend", outcome, NOW)
+    assert not routes({"resend": "ses"}).proves_not_taken("resend", outcome)
 
 
 def test_a_paused_fallback_is_skipped_and_without_an_open_one_nothing_fails_over() -> None:
-    r = routes({"resend": "postmark", "postmark": "ses"}, paused=("postmark",))
-    assert r.fails_over("resend", Outcome.unreachable("x"), NOW)  # on to ses
-    assert not routes({"resend": "ses"}, paused=("ses",)).fails_over("resend", Outcome.unreachable("x"), NOW)
-    assert not routes({}).fails_over("resend", Outcome.unreachable("x"), NOW)
+    unreachable = Outcome.unreachable("x")  # the breaker paused resend on this outcome
+    r = routes({"resend": "postmark", "postmark": "ses"}, paused=("resend", "postmark"))
+    assert moves_on(r, "resend", None, "resend", unreachable)  # on to ses
+    assert not moves_on(routes({"resend": "ses"}, paused=("resend", "ses")), "resend", None, "resend", unreachable)
+    assert not moves_on(routes({}, paused=("resend",)), "resend", None, "resend", unreachable)
 
 
 def test_a_transport_held_off_by_a_429_longer_than_failover_after_seconds_routes_to_its_fallback() -> None:
@@ -109,14 +115,14 @@ def test_a_pinned_row_goes_to_its_pin_even_while_it_is_paused_unless_that_is_gon
 def test_a_row_is_due_at_once_only_when_the_claim_would_now_send_it_elsewhere() -> None:
     unreachable = Outcome.unreachable("connection refused")
     r = routes({"smtp": "resend"}, paused=("smtp",))  # the breaker paused smtp on this outcome
-    assert r.moves_on("smtp", None, "smtp", unreachable, NOW)
-    assert r.moves_on("smtp", None, "smtp", Outcome.held_back("transport paused"), NOW)
-    assert not r.moves_on("smtp", "smtp", "smtp", unreachable, NOW), "pinned: it waits for its transport"
-    assert not r.moves_on("smtp", None, "smtp", Outcome.ambiguous("no reply"), NOW)
+    assert moves_on(r, "smtp", None, "smtp", unreachable)
+    assert moves_on(r, "smtp", None, "smtp", Outcome.held_back("transport paused"))
+    assert not moves_on(r, "smtp", "smtp", "smtp", unreachable), "pinned: it waits for its transport"
+    assert not moves_on(r, "smtp", None, "smtp", Outcome.ambiguous("no reply"))
     # a long 429 from a transport without a fallback, or one not held off, is retried as usual
     throttled = Outcome.transient("429", reply_code=429, retry_after_seconds=120)
-    assert not routes({}).moves_on("resend", None, "resend", throttled, NOW)
-    assert not routes({"resend": "ses"}).moves_on("resend", None, "resend", throttled, NOW)
+    assert not moves_on(routes({}), "resend", None, "resend", throttled)
+    assert not moves_on(routes({"resend": "ses"}), "resend", None, "resend", throttled)
     held = routes({"resend": "ses"})
     held.gates["resend"].held_off_until = NOW + 120
-    assert held.moves_on("resend", None, "resend", throttled, NOW)
+    assert moves_on(held, "resend", None, "resend", throttled)
