@@ -194,7 +194,7 @@ class Executor:
         now = self.clock()
         transition = decide(delivery, outcome, now, self.policy, self._rng.random())
         attempt = AttemptRecord(delivery.attempts, claimed_at, max(now, claimed_at), outcome.kind, None, None,
-                                outcome.error, name, f"rescuer {self.worker}",
+                                outcome.error, name, self.worker, rescue=True,
                                 message_id=delivery.message_id)  # so that events for it still find the row
         return OutcomeWrite(delivery, transition, attempt)
 
@@ -344,7 +344,7 @@ class Executor:
         for delivery, message, result in zip(members, messages, results, strict=True):
             outcome = await transport.send(message, delivery) if isinstance(result, SendSingly) else result
             writes.append(self._write(delivery, batch.transport, started, self.gates[batch.transport].observe(outcome),
-                                      message.message_id, worker=f"rescuer {self.worker}"))
+                                      message.message_id, rescue=True))
         return writes
 
     def _not_resent(self, batch: RecordedBatch, members: Sequence[Delivery], started: datetime, why: str,
@@ -353,7 +353,7 @@ class Executor:
         fails as it would have, the others go through the in-doubt policy one by one."""
         unknown = Outcome.ambiguous(f"batch {batch.key} not resent: {why}")
         refused = [p if isinstance(p, Outcome) else unknown for p in prepared] or [unknown] * len(members)
-        return [self._write(d, batch.transport, started, outcome, worker=f"rescuer {self.worker}")
+        return [self._write(d, batch.transport, started, outcome, rescue=True)
                 for d, outcome in zip(members, refused, strict=True)]
 
     def _not_replayed(self, members: Sequence[Delivery]) -> None:
@@ -396,7 +396,7 @@ class Executor:
         self._recorder.submit(self._write(delivery, name, started, outcome, message_id))
 
     def _write(self, delivery: Delivery, name: str, started: datetime, outcome: Outcome,
-               message_id: str | None = None, *, worker: str | None = None) -> OutcomeWrite:
+               message_id: str | None = None, *, rescue: bool = False) -> OutcomeWrite:
         finished = self.clock()
         transition = decide(delivery, outcome, finished, self.policy, self._rng.random())
         if transition.scheduled_at is not None and self.routes.moves_on(
@@ -414,7 +414,8 @@ class Executor:
             enhanced_code=outcome.enhanced_code,
             error=outcome.error if outcome.kind is not OutcomeKind.SENT else transition.last_error,
             transport=name,
-            worker=worker or self.worker,
+            worker=self.worker,
+            rescue=rescue,
             refused=outcome.refused + self.preparation.dropped.pop(delivery.id, ()),
             message_id=message_id,
             reply=outcome.reply,
