@@ -23,6 +23,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from ..errors import DatabaseError
+from .connection import one
 from .events import EventStore
 from .queries import sql
 
@@ -257,8 +258,7 @@ class ConsoleStore(EventStore):
 
     async def event_rates(self, since_seconds: int) -> dict[str, Any]:
         async with self._conn() as conn:
-            row = await conn.fetchrow(sql("console_event_rates"), since_seconds)  # an aggregate: one row
-        return dict(row) if row is not None else {}
+            return dict(one(await conn.fetchrow(sql("console_event_rates"), since_seconds)))
 
     async def live(self, default_transport: str) -> dict[str, Any]:
         """What the overview reads on every request: the queue by transport, the oldest due row's
