@@ -69,6 +69,7 @@ class Transition:
     retry_recipients: tuple[str, ...] | None = None  # the next attempt sends to these only (None: all)
     refused_recipients: tuple[str, ...] = ()  # newly given up: these will not get the email
     given_back: bool = False  # the claim went back untried: no attempt is written, the row is as it was
+    cause: Cause | None = None  # of a row failed at once by its outcome (permanent, unsendable, suppressed)
 
 
 def backoff_seconds(attempt: int, policy: RetryPolicy, jitter: float) -> float:
@@ -104,7 +105,8 @@ def decide(delivery: Delivery, outcome: Outcome, now: datetime, policy: RetryPol
     if outcome.kind is OutcomeKind.PERMANENT:
         if delivery.retry_recipients is not None:
             return _rest_given_up(delivery, outcome, now, error)
-        return Transition(Status.FAILED, last_error=error, refund_attempt=not outcome.charge_attempt)
+        return Transition(Status.FAILED, last_error=error, refund_attempt=not outcome.charge_attempt,
+                          cause=outcome.cause)
     held = policy.in_doubt == "hold" and outcome.resend_safe_until is None
     if outcome.kind is OutcomeKind.AMBIGUOUS and held:
         return _held(delivery, error)

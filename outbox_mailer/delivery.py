@@ -152,13 +152,15 @@ class Cause(enum.StrEnum):
     HELD_BACK = "held_back"  # the daemon did not try (transport paused, shutdown)
     UNSTARTED = "unstarted"  # the claim went back untried (too old to start: it waited for capacity); nothing recorded
     UNSENDABLE = "unsendable"  # the row cannot be sent as it is (cannot compose, expired, unreadable)
+    SUPPRESSED = "suppressed"  # every recipient is suppressed: the row fails unsent
 
 
 _RECORDED_AS = {
     Cause.SENT: OutcomeKind.SENT, Cause.TRANSIENT: OutcomeKind.TRANSIENT, Cause.PERMANENT: OutcomeKind.PERMANENT,
     Cause.AMBIGUOUS: OutcomeKind.AMBIGUOUS, Cause.UNREACHABLE: OutcomeKind.TRANSIENT,
     Cause.PAUSED: OutcomeKind.TRANSIENT, Cause.HELD_BACK: OutcomeKind.TRANSIENT,
-    Cause.UNSENDABLE: OutcomeKind.PERMANENT, Cause.UNSTARTED: OutcomeKind.TRANSIENT,  # (never written)
+    Cause.UNSENDABLE: OutcomeKind.PERMANENT, Cause.SUPPRESSED: OutcomeKind.PERMANENT,
+    Cause.UNSTARTED: OutcomeKind.TRANSIENT,  # (never written)
 }
 # The attempt counts against max_attempts only when a server judged the message.
 _CHARGED = frozenset({Cause.SENT, Cause.TRANSIENT, Cause.PERMANENT, Cause.AMBIGUOUS})
@@ -225,6 +227,10 @@ class Outcome:
     @classmethod
     def unsendable(cls, error: str, **kw: Any) -> Outcome:
         return cls(Cause.UNSENDABLE, error=error, **kw)
+
+    @classmethod
+    def suppressed(cls, error: str) -> Outcome:
+        return cls(Cause.SUPPRESSED, error=error)
 
     @classmethod
     def unstarted(cls, error: str) -> Outcome:

@@ -111,9 +111,10 @@ class DaemonContext:
                                    name or self.route(delivery))
 
     def write(self, delivery: Delivery, where: Route | str, started: datetime, outcome: Outcome,
-              message_id: str | None = None, *, worker: str | None = None) -> OutcomeWrite:
+              message_id: str | None = None, *, rescue: bool = False) -> OutcomeWrite:
         """The decided write of an attempt through ``where`` (a transport's name alone: no failover
-        is considered); a retry is due at once when the claim now routes the row elsewhere."""
+        is considered); a retry is due at once when the claim now routes the row elsewhere. ``rescue``:
+        written by the rescuer for a claim its holder left."""
         finished = self.clock()
         transition = decide(delivery, outcome, finished, self.policy, self.rng.random())
         name = where.name if isinstance(where, Route) else where
@@ -131,7 +132,8 @@ class DaemonContext:
             enhanced_code=outcome.enhanced_code,
             error=outcome.error if outcome.kind is not OutcomeKind.SENT else transition.last_error,
             transport=name,
-            worker=worker or self.worker,
+            worker=self.worker,
+            rescue=rescue,
             refused=outcome.refused + self.preparation.dropped.pop(delivery.id, ()),
             message_id=message_id,
             reply=outcome.reply,

@@ -26,7 +26,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -42,11 +42,11 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from ..delivery import OutcomeKind, Status
-from ..delivery_events.suppression import SUPPRESSED
 from ..errors import ConfigurationError, DatabaseError
 from ..serving.http_server import serve_http
 from ..settings.config import Settings
 from ..store import OutcomeWrite, Store
+from .recorder import Counted, tally
 
 if TYPE_CHECKING:
     from .quotas import SharedLimit
@@ -56,7 +56,6 @@ log = logging.getLogger("outbox_mailer")
 
 STATUSES = tuple(s.value for s in Status)
 OTHER_TRANSPORT = "other"  # label for a row naming a transport that is not configured (bounded cardinality)
-RESCUER_PREFIX = "rescuer "  # the daemon's worker label on attempts it records for dead processes
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 BATCH_BUCKETS = (0, 1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000)
 SNAPSHOT_INTERVAL_SECONDS = 1.0
@@ -147,25 +146,21 @@ class Metrics:
             log.exception("metrics: cannot count an outcome")
 
     def _count(self, write: OutcomeWrite, applied: bool) -> None:
-        attempt, transition = write.attempt, write.transition
-        transport = self._transport(attempt.transport)
-        if transition.given_back:  # a claim given back untried: no send, no retry
-            if not applied:
-                self.claims_lost.inc()
-            return
-        if not attempt.worker.startswith(RESCUER_PREFIX):  # a rescue's "duration" is the dead claim's age
-            seconds = max(0.0, (attempt.finished_at - attempt.started_at).total_seconds())
-            self.send_duration.labels(transport, OutcomeKind(attempt.outcome).value).observe(seconds)
-        if not applied:
+        """From the recorder's tally of the write (recorder.py), the one reading of what it counts as."""
+        counts = tally(write, applied)
+        transport = self._transport(write.attempt.transport)
+        if counts.send_seconds is not None:
+            self.send_duration.labels(transport, OutcomeKind(write.attempt.outcome).value).observe(counts.send_seconds)
+        if counts.counted is Counted.CLAIM_LOST:
             self.claims_lost.inc()
             return
-        if attempt.outcome == OutcomeKind.AMBIGUOUS:
+        if counts.ambiguous:
             self.ambiguous.labels(transport).inc()
-        counter = {Status.SENT: self.sent, Status.FAILED: self.failed, Status.PENDING: self.retries,
-                   Status.IN_DOUBT: self.in_doubt}.get(transition.status)
+        counter = {Counted.SENT: self.sent, Counted.FAILED: self.failed, Counted.RETRIED: self.retries,
+                   Counted.IN_DOUBT: self.in_doubt}.get(counts.counted) if counts.counted is not None else None
         if counter is not None:
             counter.labels(transport).inc()
-        if transition.status is Status.FAILED and (transition.last_error or "").startswith(SUPPRESSED):
+        if counts.suppressed:
             self.suppressed.labels(transport).inc()
 
     def batch_replayed_to_suppressed(self, transport: str, recipients: int) -> None:
@@ -392,6 +387,6 @@ def _answering(page: Callable[[Request], tuple[int, bytes, str]]) -> Callable[[R
     return endpoint
 
 
-def _response(status: int, body: bytes, content_type: str, headers: dict[str, str] | None = None) -> Response:
+def _response(status: int, body: bytes, content_type: str, headers: Mapping[str, str] | None = None) -> Response:
     return Response(body, status_code=status, media_type=content_type,
                     headers={"Cache-Control": "no-store", **(headers or {})})

@@ -12,17 +12,23 @@ progress line sums up what was recorded, at most every ``PROGRESS_SECONDS``
 line per sent email cost ~9% of the daemon's CPU at thousands per second).
 Outcomes wait in memory while PostgreSQL is unreachable; there are never more
 of them than sends in flight.
+
+What a write counts as (:func:`tally`) is read here once, from its typed
+fields only (its status, its fence, its outcome's cause, its attempt's
+rescue flag): the progress line and the metrics (``metrics.py``) count from it.
 """
 
 from __future__ import annotations
 
+import enum
 import logging
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import anyio
 
-from ..delivery import Status
+from ..delivery import Cause, OutcomeKind, Status
 from ..delivery_events.status_codes import is_bad_mailbox
 from ..delivery_events.suppression import form_or_none
 from ..errors import DatabaseError, DatabaseUnavailable
@@ -36,7 +42,43 @@ RECORD_BATCH = 500
 GATHER_OUTCOMES = 8  # while sends are in flight, wait for this many outcomes per write ...
 GATHER_SECONDS = 0.010  # ... but never longer than this (it widens the crash window by as much)
 PROGRESS_SECONDS = 10.0
-COUNTED = {Status.SENT: "sent", Status.FAILED: "failed", Status.PENDING: "retried", Status.IN_DOUBT: "in_doubt"}
+
+
+class Counted(enum.StrEnum):
+    """What one recorded write counts as."""
+
+    SENT = "sent"
+    FAILED = "failed"
+    RETRIED = "retried"  # back to pending, to be tried again
+    IN_DOUBT = "in_doubt"
+    CLAIM_LOST = "claim_lost"  # not applied: the row's claim had changed
+
+
+COUNTED = {Status.SENT: Counted.SENT, Status.FAILED: Counted.FAILED, Status.PENDING: Counted.RETRIED,
+           Status.IN_DOUBT: Counted.IN_DOUBT}
+
+
+@dataclass(frozen=True, slots=True)
+class Tally:
+    """What one write counts as, read from its typed fields."""
+
+    counted: Counted | None  # None: a claim given back untried (not an attempt)
+    ambiguous: bool  # an applied attempt whose outcome is unknown
+    suppressed: bool  # the row failed unsent: every recipient is suppressed
+    send_seconds: float | None  # the attempt's length (None: no send was timed: given back, or a rescue)
+
+
+def tally(write: OutcomeWrite, applied: bool) -> Tally:
+    """What ``write`` counts as, ``applied`` or refused by the fence."""
+    transition, attempt = write.transition, write.attempt
+    if transition.given_back:
+        return Tally(None if applied else Counted.CLAIM_LOST, False, False, None)
+    # a rescue's times are the dead claim's, not a send's
+    seconds = None if attempt.rescue else max(0.0, (attempt.finished_at - attempt.started_at).total_seconds())
+    if not applied:
+        return Tally(Counted.CLAIM_LOST, False, False, seconds)
+    return Tally(COUNTED.get(transition.status), attempt.outcome == OutcomeKind.AMBIGUOUS,
+                 transition.status is Status.FAILED and transition.cause is Cause.SUPPRESSED, seconds)
 
 
 class Recorder:
@@ -48,7 +90,7 @@ class Recorder:
         self._stopping = stopping
         self._inflight = inflight  # told after each batch from the stream (frees send slots)
         self._observe = observe  # called for every write, with whether it applied (metrics)
-        self.counts = {"sent": 0, "failed": 0, "retried": 0, "in_doubt": 0, "claim_lost": 0}
+        self.counts: dict[str, int] = {c.value: 0 for c in Counted}
         self._reported = dict(self.counts)  # counts at the last progress line
         self._reported_at = -math.inf
         self.inbox, self._outbox = anyio.create_memory_object_stream[OutcomeWrite](math.inf)
@@ -177,17 +219,16 @@ class Recorder:
         if self._observe is not None:
             self._observe(write, applied)
         d, t, a = write.delivery, write.transition, write.attempt
+        counted = tally(write, applied).counted
+        if counted is not None:
+            self.counts[counted] += 1
         if not applied:
-            self.counts["claim_lost"] += 1
             log.warning("claim lost key=%s attempt=%d outcome=%s: the row changed under us; not applied",
                         d.dedupe_key, a.attempt, a.outcome)
             return
         if t.given_back:  # not an attempt: neither counted nor logged as a retry
             log.debug("given back key=%s untried: %s", d.dedupe_key, a.error)
             return
-        counter = COUNTED.get(t.status)
-        if counter:
-            self.counts[counter] += 1
         if t.status is Status.SENT and not log.isEnabledFor(logging.DEBUG):
             return
         extra = f" retry_at={t.scheduled_at.isoformat()}" if t.status is Status.PENDING and t.scheduled_at else ""

@@ -52,7 +52,6 @@ class ClaimRescue:
 
     def __init__(self, ctx: DaemonContext) -> None:
         self.ctx = ctx
-        self.worker = f"rescuer {ctx.worker}"  # the worker a rescue's attempt is recorded under
 
     def unknown(self, delivery: Delivery, claimed_at: datetime, claimed_by: str, *,
                 batch_transport: str | None = None, carrier: str | None = None) -> OutcomeWrite:
@@ -73,7 +72,7 @@ class ClaimRescue:
         now = self.ctx.clock()
         transition = decide(delivery, outcome, now, self.ctx.policy, self.ctx.rng.random())
         attempt = AttemptRecord(delivery.attempts, claimed_at, max(now, claimed_at), outcome.kind, None, None,
-                                outcome.error, name, self.worker,
+                                outcome.error, name, self.ctx.worker, rescue=True,
                                 message_id=delivery.message_id)  # so that events for it still find the row
         return OutcomeWrite(delivery, transition, attempt)
 
@@ -125,7 +124,7 @@ class ClaimRescue:
             outcome = await transport.send(message, delivery) if isinstance(result, SendSingly) else result
             route = self.ctx.attempt_route(delivery, batch.transport)
             writes.append(self.ctx.write(delivery, route, started, gate.observe(outcome), message.message_id,
-                                         worker=self.worker))
+                                         rescue=True))
         return writes
 
     def _not_resent(self, batch: RecordedBatch, members: Sequence[Delivery], started: datetime, why: str,
@@ -134,7 +133,7 @@ class ClaimRescue:
         fails as it would have, the others go through the in-doubt policy one by one."""
         unknown = Outcome.ambiguous(f"batch {batch.key} not resent: {why}")
         refused = [p if isinstance(p, Outcome) else unknown for p in prepared] or [unknown] * len(members)
-        return [self.ctx.write(d, self.ctx.attempt_route(d, batch.transport), started, outcome, worker=self.worker)
+        return [self.ctx.write(d, self.ctx.attempt_route(d, batch.transport), started, outcome, rescue=True)
                 for d, outcome in zip(members, refused, strict=True)]
 
     def _not_replayed(self, members: Sequence[Delivery]) -> None:

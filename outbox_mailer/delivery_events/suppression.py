@@ -141,7 +141,7 @@ def screen(delivery: Delivery) -> Screened:
         to, cc = cc[:1], cc[1:]  # a message needs a To: the first Cc takes the place
     if not kept or not to:  # nobody left, or Bcc alone, which no header may name
         text = "; ".join(s.describe() for s in dropped)
-        return Screened(delivery, Outcome.unsendable(SUPPRESSED + text), ())
+        return Screened(delivery, Outcome.suppressed(SUPPRESSED + text), ())
     notes = tuple(RefusedRecipient(s.address, None, f"suppressed: {s.reason} since {s.since}") for s in dropped)
     screened = dataclasses.replace(
         delivery, to_addresses=tuple(to), cc_addresses=tuple(cc), bcc_addresses=tuple(bcc),

@@ -15,6 +15,7 @@ from .connection import (
     affected,
     connect_each_host,
     init_reading_connection,
+    one,
     translate_errors,
     uncancelled,
 )
@@ -170,7 +171,7 @@ class Store:
         """Rows of ``status`` changed within the window: how many a bulk retry would requeue, and how
         many it leaves because retention removed their content."""
         async with self._conn() as conn:
-            row = await conn.fetchrow(sql("count_retryable"), status, since_seconds)
+            row = one(await conn.fetchrow(sql("count_retryable"), status, since_seconds))
         return int(row["retryable"]), int(row["scrubbed"])
 
     async def retry_bulk(self, status: str, since_seconds: float, extra_attempts: int | None, default_attempts: int,
@@ -189,7 +190,7 @@ class Store:
 
     async def stats(self) -> dict[str, Any]:
         async with self._conn() as conn:
-            row = await conn.fetchrow(sql("stats"))
+            row = one(await conn.fetchrow(sql("stats")))
         data = dict(row)
         age = data["oldest_due_age_seconds"]
         data["oldest_due_age_seconds"] = float(age) if age is not None else None
@@ -218,7 +219,7 @@ class Store:
 
     async def count_prunable(self, scrub_after_seconds: float, delete_after_seconds: float) -> tuple[int, int]:
         async with self._conn() as conn:
-            row = await conn.fetchrow(sql("count_prunable"), scrub_after_seconds, delete_after_seconds)
+            row = one(await conn.fetchrow(sql("count_prunable"), scrub_after_seconds, delete_after_seconds))
         return int(row["to_scrub"]), int(row["to_delete"])
 
     async def run_script(self, statements: Sequence[str]) -> None:

@@ -29,7 +29,7 @@ _UNAVAILABLE = (
     TimeoutError,
 )
 # what an exception without a message (asyncpg's timeouts) means, for the operator
-_DESCRIPTIONS = {TimeoutError: "no answer in time (TimeoutError)"}
+_DESCRIPTIONS: dict[type[BaseException], str] = {TimeoutError: "no answer in time (TimeoutError)"}
 
 
 @contextlib.contextmanager
@@ -75,6 +75,13 @@ async def init_reading_connection(conn: asyncpg.Connection) -> None:
     await init_connection(conn)
     await conn.set_type_codec("timestamptz", encoder=_encode_timestamptz, decoder=_decode_timestamptz,
                               schema="pg_catalog", format="tuple")
+
+
+def one(row: asyncpg.Record | None) -> asyncpg.Record:
+    """The row of a statement that always returns one (an aggregate, a function's result)."""
+    if row is None:
+        raise DatabaseError("a statement that returns one row returned none")
+    return row
 
 
 async def settled(statement: Awaitable[T]) -> T:

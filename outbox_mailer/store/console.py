@@ -4,8 +4,9 @@ one email or of a bulk selection, suppress, unsuppress) is a call of a function 
 applies the CLI's rules, takes the actor from the operator's session row (:class:`Actor`) and records
 the action in email_operator_actions.
 
-The email list's WHERE clause is put together here from fixed pieces; every value the console got
-from a URL or a form is a parameter ($n), never text of the statement. No index of email_deliveries
+The email list's statements are named blocks of console_queries.sql with one parameter layout (a
+filter that is absent is null); every value the console got from a URL or a form is a parameter, and
+no SQL is put together here. No index of email_deliveries
 may name a column the daemon changes (status among them), so a page of the list walks
 email_deliveries_created_idx newest (or oldest) first and stops after ``SCAN_ROWS`` rows: a rare
 status or transport fills its page over several "search older" steps instead of reading the whole
@@ -22,6 +23,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from ..errors import DatabaseError
+from .connection import one
 from .events import EventStore
 from .queries import sql
 
@@ -81,43 +83,15 @@ def like_contains(text: str) -> str:
     return "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
 
 
-class _Params(list[Any]):
-    def __call__(self, value: Any) -> str:
-        """``value`` as the statement's next parameter; its placeholder."""
-        self.append(value)
-        return f"${len(self)}"
+def _walk(f: EmailFilter, after: tuple[datetime, int] | None) -> list[Any]:
+    """Parameters $1 to $4 of the list's statements (console_queries.sql): the range on created_at and
+    the keyset the page starts after."""
+    return [f.created_after, f.created_before, *(after if after is not None else (None, None))]
 
 
-def _range(f: EmailFilter, p: _Params) -> list[str]:
-    """The conditions on created_at, which email_deliveries_created_idx answers."""
-    conds = []
-    if f.created_after is not None:
-        conds.append(f"d.created_at >= {p(f.created_after)}")
-    if f.created_before is not None:
-        conds.append(f"d.created_at < {p(f.created_before)}")
-    return conds
-
-
-def _matches(f: EmailFilter, default_transport: str, p: _Params) -> list[str]:
-    """The other conditions, tested on each row the walk reads (the recipient's has its index)."""
-    conds = []
-    if f.status is not None:
-        conds.append(f"d.status = {p(f.status)}")
-    if f.transport is not None:
-        conds.append(f"(d.transport = {p(f.transport)}"
-                     + (" OR d.transport IS NULL)" if f.transport == default_transport else ")"))
-    if f.recipient is not None:  # the expression of email_deliveries_recipients_idx
-        conds.append(f"email_recipient_keys(d.to_addresses, d.cc_addresses, d.bcc_addresses) @> "
-                     f"ARRAY[lower(btrim({p(f.recipient)}))]")
-    if f.key is not None:
-        conds.append(f"starts_with(d.dedupe_key, {p(f.key)})")
-    if f.event is not None:
-        conds.append(f"d.delivery_event = {p(f.event)}")
-    return conds
-
-
-LIST_COLUMNS = ("d.id, d.dedupe_key, d.status, d.transport, d.to_addresses, d.subject, d.attempts, d.created_at, "
-                "d.updated_at, d.delivery_event, d.last_error")
+def _filters(f: EmailFilter, default_transport: str) -> list[Any]:
+    """Parameters $6 to $11: the filters tested on each row (None: not filtered on)."""
+    return [f.status, f.transport, default_transport, f.recipient, f.key, f.event]
 
 
 class ConsoleStore(EventStore):
@@ -180,63 +154,43 @@ class ConsoleStore(EventStore):
                      limit: int, in_doubt_ids: list[int] | None = None) -> Page:
         """One page of the filtered list, newest (or oldest) first, after the keyset ``after``.
         ``in_doubt_ids``: the candidates of a status=in_doubt filter (the census's)."""
-        direction, beyond = ("ASC", ">") if f.oldest_first else ("DESC", "<")
-        order = f"ORDER BY d.created_at {direction}, d.id {direction}"
-        p = _Params()
-        walk = _range(f, p)
-        if after is not None:
-            walk.append(f"(d.created_at, d.id) {beyond} ({p(after[0])}, {p(after[1])})")
-        walked = len(p)
-        rest = [f"d.id = ANY({p(in_doubt_ids)}::bigint[])"] if f.status == "in_doubt" and in_doubt_ids is not None \
-            else []
-        narrowed = bool(rest) or f.recipient is not None
-        rest += _matches(f, default_transport, p)
-        limit_at = p(limit + 1)
-        bounded = bool(rest) and not narrowed
-        walk_sql = (" WHERE " + " AND ".join(walk) if walk else "")
-        if bounded:  # a window of SCAN_ROWS rows along created_at, filtered
-            window = f"SELECT {LIST_COLUMNS} FROM email_deliveries d{walk_sql} {order} LIMIT {SCAN_ROWS}"
-            query = f"SELECT * FROM ({window}) d WHERE {' AND '.join(rest)} {order} LIMIT {limit_at}"
-        else:
-            query = (f"SELECT {LIST_COLUMNS} FROM email_deliveries d"
-                     + (" WHERE " + " AND ".join(walk + rest) if walk + rest else "") + f" {order} LIMIT {limit_at}")
+        order = "oldest" if f.oldest_first else "newest"
+        walk, filters = _walk(f, after), _filters(f, default_transport)
+        narrowed_by: list[int] | str | int  # $5
+        if f.status == "in_doubt" and in_doubt_ids is not None:
+            name, narrowed_by, bounded = f"console_emails_among_{order}", in_doubt_ids, False
+        elif f.recipient is not None:
+            name, narrowed_by, bounded = f"console_emails_to_{order}", f.recipient, False
+        else:  # a window of SCAN_ROWS rows along created_at, filtered; without filters, the page itself
+            bounded = any(v is not None for v in (f.status, f.transport, f.key, f.event))
+            name, narrowed_by = f"console_emails_{order}", SCAN_ROWS if bounded else limit + 1
         async with self._conn() as conn:
-            rows = [dict(r) for r in await conn.fetch(query, *p)]
+            rows = [dict(r) for r in await conn.fetch(sql(name), *walk, narrowed_by, *filters, limit + 1)]
             if len(rows) > limit:
                 return Page(rows[:limit], (rows[limit - 1]["created_at"], rows[limit - 1]["id"]))
             if not bounded:
                 return Page(rows, None)
             # the window's last row, and whether any lies beyond it
-            edge = await conn.fetch(f"SELECT d.created_at, d.id FROM email_deliveries d{walk_sql} {order} "
-                                    f"OFFSET {SCAN_ROWS - 1} LIMIT 2", *p[:walked])
+            edge = await conn.fetch(sql(f"console_window_edge_{order}"), *walk, SCAN_ROWS)
         if len(edge) < 2:
             return Page(rows, None)
         return Page(rows, (edge[0]["created_at"], edge[0]["id"]), SCAN_ROWS)
 
-    def _selection(self, f: EmailFilter, default_transport: str, action: BulkAction, p: _Params) -> str:
-        conds = _range(f, p) + _matches(f, default_transport, p)
-        conds.append("d.status IN ('failed', 'cancelled', 'in_doubt') AND d.scrubbed_at IS NULL" if action == "retry"
-                     else "d.status = 'pending'")
-        return "FROM email_deliveries d WHERE " + " AND ".join(conds)
-
     async def count_selection(self, f: EmailFilter, default_transport: str, action: BulkAction) -> int:
         """How many rows of the filter a bulk ``action`` would change (retry: failed, cancelled or
         in_doubt ones whose content retention has not removed; cancel: pending ones)."""
-        p = _Params()
-        query = f"SELECT count(*) {self._selection(f, default_transport, action, p)}"
         async with self._conn() as conn:
-            return int(await conn.fetchval(query, *p))
+            return int(await conn.fetchval(sql("console_count_selection"), *_walk(f, None), action,
+                                           *_filters(f, default_transport)))
 
     async def bulk(self, f: EmailFilter, default_transport: str, action: BulkAction, *, expected: int,
                    actor: Actor, default_attempts: int) -> list[str]:
         """Retry or cancel every row of the selection, in one transaction, when it holds ``expected``
         rows, at most MAX_BULK, and still does as they change (:class:`SelectionChanged` otherwise,
         and nothing is done). Returns the keys changed."""
-        p = _Params()
-        select = (f"SELECT d.dedupe_key {self._selection(f, default_transport, action, p)} ORDER BY d.id "
-                  f"LIMIT {MAX_BULK + 1}")  # more than MAX_BULK is never the count confirmed
-        async with self._conn() as conn:
-            keys = [r["dedupe_key"] for r in await conn.fetch(select, *p)]
+        async with self._conn() as conn:  # more than MAX_BULK is never the count confirmed
+            keys = [r["dedupe_key"] for r in await conn.fetch(
+                sql("console_bulk_selection"), *_walk(f, None), action, *_filters(f, default_transport), MAX_BULK + 1)]
         if len(keys) != expected:
             raise SelectionChanged(expected, len(keys))
         detail = {"bulk": True, "count": expected, "filter": _described(f)}
@@ -304,7 +258,7 @@ class ConsoleStore(EventStore):
 
     async def event_rates(self, since_seconds: int) -> dict[str, Any]:
         async with self._conn() as conn:
-            return dict(await conn.fetchrow(sql("console_event_rates"), since_seconds))
+            return dict(one(await conn.fetchrow(sql("console_event_rates"), since_seconds)))
 
     async def live(self, default_transport: str) -> dict[str, Any]:
         """What the overview reads on every request: the queue by transport, the oldest due row's

@@ -1,5 +1,144 @@
--- The operator console's statements (outbox_mailer/store/console.py). The email list's WHERE clause
--- is put together there from fixed pieces, every value a parameter. Loaded with queries.sql.
+-- The operator console's statements (outbox_mailer/store/console.py). Loaded with queries.sql.
+--
+-- The email list and the bulk actions share one parameter layout, every filter a parameter that is
+-- null when the filter is absent: $1 created after, $2 created before, $3 and $4 the keyset (created_at,
+-- id) the page starts after (null: the first page), $5 what the statement narrows by (its description
+-- says), $6 status, $7 transport, $8 the default transport's name (rows whose transport is null are
+-- its), $9 recipient (a whole address, any case), $10 dedupe-key prefix, $11 delivery event, $12 the
+-- most rows returned. The walk along email_deliveries_created_idx is a range on created_at whatever
+-- the filters (an absent bound is infinite), so every plan, generic or not, reads that index.
+
+-- fragment: console_list_columns
+-- The columns of a row of the email list.
+d.id, d.dedupe_key, d.status, d.transport, d.to_addresses, d.subject, d.attempts, d.created_at,
+d.updated_at, d.delivery_event, d.last_error
+
+-- fragment: console_walk_newest
+-- Rows created in [$1, $2), before the keyset ($3, $4): the newest-first walk.
+d.created_at >= coalesce($1::timestamptz, '-infinity') AND d.created_at < coalesce($2::timestamptz, 'infinity')
+AND (d.created_at, d.id) < (coalesce($3::timestamptz, 'infinity'), coalesce($4::bigint, 0))
+
+-- fragment: console_walk_oldest
+-- Rows created in [$1, $2), after the keyset ($3, $4): the oldest-first walk.
+d.created_at >= coalesce($1::timestamptz, '-infinity') AND d.created_at < coalesce($2::timestamptz, 'infinity')
+AND (d.created_at, d.id) > (coalesce($3::timestamptz, '-infinity'), coalesce($4::bigint, 0))
+
+-- fragment: console_matches
+-- The filters tested on each row the walk reads ($6 to $11; null: not filtered on).
+($6::text IS NULL OR d.status = $6)
+AND ($7::text IS NULL OR d.transport = $7 OR ($7 = $8::text AND d.transport IS NULL))
+AND ($9::text IS NULL
+     OR email_recipient_keys(d.to_addresses, d.cc_addresses, d.bcc_addresses) @> ARRAY[lower(btrim($9))])
+AND ($10::text IS NULL OR starts_with(d.dedupe_key, $10))
+AND ($11::text IS NULL OR d.delivery_event = $11)
+
+-- fragment: console_selection
+-- The rows of the filter that bulk action $5 would change (retry: failed, cancelled or in_doubt ones whose content retention has not removed; cancel: pending ones); $3 and $4 are null.
+FROM email_deliveries d
+WHERE
+    -- include: console_walk_newest
+    AND
+    -- include: console_matches
+    AND CASE $5::text WHEN 'retry' THEN d.status IN ('failed', 'cancelled', 'in_doubt') AND d.scrubbed_at IS NULL
+                      WHEN 'cancel' THEN d.status = 'pending' END
+
+-- fragment: console_window
+-- The start of a page read from a window of the walk: the list's columns, and whether each row matches the filters; the statement goes on with its walk, its order and the window's size $5.
+SELECT
+    -- include: console_list_columns
+FROM (
+    SELECT
+        -- include: console_list_columns
+        , (
+        -- include: console_matches
+        ) AS hit
+    FROM email_deliveries d
+    WHERE
+
+-- fragment: console_narrowed
+-- The start of a page narrowed by $5 through an index of its own: the list's columns and the filters; the statement goes on with its narrowing condition, its walk and its order.
+SELECT
+    -- include: console_list_columns
+FROM email_deliveries d
+WHERE
+    -- include: console_matches
+    AND
+
+-- name: console_emails_newest
+-- A page of the email list, newest first: the filters tested on a window of at most $5 rows of the walk (a rare match fills its page over several "search older" steps instead of reading the whole table).
+-- include: console_window
+    -- include: console_walk_newest
+    ORDER BY d.created_at DESC, d.id DESC LIMIT $5
+) d
+WHERE d.hit
+ORDER BY d.created_at DESC, d.id DESC LIMIT $12;
+
+-- name: console_emails_to_newest
+-- A page of the email list to recipient $5, read through email_deliveries_recipients_idx (no window), newest first.
+-- include: console_narrowed
+    email_recipient_keys(d.to_addresses, d.cc_addresses, d.bcc_addresses) @> ARRAY[lower(btrim($5::text))]
+    AND
+    -- include: console_walk_newest
+ORDER BY d.created_at DESC, d.id DESC LIMIT $12;
+
+-- name: console_emails_among_newest
+-- A page of the email list among the rows with ids $5 (the census's in_doubt rows, their status checked again by the filters), newest first.
+-- include: console_narrowed
+    d.id = ANY ($5::bigint[])
+    AND
+    -- include: console_walk_newest
+ORDER BY d.created_at DESC, d.id DESC LIMIT $12;
+
+-- name: console_emails_oldest
+-- A page of the email list, oldest first: the filters tested on a window of at most $5 rows of the walk (a rare match fills its page over several "search older" steps instead of reading the whole table).
+-- include: console_window
+    -- include: console_walk_oldest
+    ORDER BY d.created_at ASC, d.id ASC LIMIT $5
+) d
+WHERE d.hit
+ORDER BY d.created_at ASC, d.id ASC LIMIT $12;
+
+-- name: console_emails_to_oldest
+-- A page of the email list to recipient $5, read through email_deliveries_recipients_idx (no window), oldest first.
+-- include: console_narrowed
+    email_recipient_keys(d.to_addresses, d.cc_addresses, d.bcc_addresses) @> ARRAY[lower(btrim($5::text))]
+    AND
+    -- include: console_walk_oldest
+ORDER BY d.created_at ASC, d.id ASC LIMIT $12;
+
+-- name: console_emails_among_oldest
+-- A page of the email list among the rows with ids $5 (the census's in_doubt rows, their status checked again by the filters), oldest first.
+-- include: console_narrowed
+    d.id = ANY ($5::bigint[])
+    AND
+    -- include: console_walk_oldest
+ORDER BY d.created_at ASC, d.id ASC LIMIT $12;
+
+-- name: console_window_edge_newest
+-- The last row of console_emails_newest's window of $5 rows, and the row after it when there is one (two rows: the walk goes on).
+SELECT d.created_at, d.id FROM email_deliveries d
+WHERE
+    -- include: console_walk_newest
+ORDER BY d.created_at DESC, d.id DESC OFFSET $5::integer - 1 LIMIT 2;
+
+-- name: console_window_edge_oldest
+-- The last row of console_emails_oldest's window of $5 rows, and the row after it when there is one.
+SELECT d.created_at, d.id FROM email_deliveries d
+WHERE
+    -- include: console_walk_oldest
+ORDER BY d.created_at ASC, d.id ASC OFFSET $5::integer - 1 LIMIT 2;
+
+-- name: console_count_selection
+-- How many rows bulk action $5 would change among the filter's (console_selection).
+SELECT count(*)
+-- include: console_selection
+;
+
+-- name: console_bulk_selection
+-- The keys of the rows bulk action $5 would change among the filter's, at most $12.
+SELECT d.dedupe_key
+-- include: console_selection
+ORDER BY d.id LIMIT $12;
 
 -- name: console_user
 -- One console user by name, and its role.

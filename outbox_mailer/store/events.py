@@ -23,6 +23,7 @@ from ..delivery_events.suppression import (
     with_suppressed,
 )
 from .admin import Store
+from .connection import one
 from .queries import sql
 from .rows import delivery_from_row
 
@@ -99,7 +100,7 @@ class EventStore(Store):
 
     async def suppress(self, address: str, reason: str, source: str, expires_at: datetime | None) -> dict[str, Any]:
         async with self._conn() as conn:
-            return dict(await conn.fetchrow(sql("suppress"), address, reason, source, expires_at))
+            return dict(one(await conn.fetchrow(sql("suppress"), address, reason, source, expires_at)))
 
     async def unsuppress(self, address: str) -> bool:
         async with self._conn() as conn:

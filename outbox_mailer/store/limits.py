@@ -15,6 +15,7 @@ from typing import Any
 import anyio
 
 from .admin import Store
+from .connection import one
 from .queries import sql
 
 TIMEOUT_SECONDS = 10.0  # a grant waits this long at most (a stuck lock, a half-open connection)
@@ -68,8 +69,9 @@ class LimitStore:
                             returned: int = 0, returned_slot: datetime | None = None,
                             recovery: float) -> Grant:
         async with (await self._open())._conn() as conn:
-            row = await conn.fetchrow(sql("take_capacity"), transport, rate, burst, requests, horizon, daily_limit,
-                                      window, recipients, returned, returned_slot, recovery, timeout=TIMEOUT_SECONDS)
+            row = one(await conn.fetchrow(sql("take_capacity"), transport, rate, burst, requests, horizon,
+                                          daily_limit, window, recipients, returned, returned_slot, recovery,
+                                          timeout=TIMEOUT_SECONDS))
         return Grant(row["requests"], row["first_in"], row["spacing"], int(row["recipients"]),
                      row["slot"] if row["recipients"] else None, row["slot_left"], int(row["used"]), row["free_in"],
                      row["rate"], int(row["throttles"]))
@@ -77,8 +79,8 @@ class LimitStore:
     async def throttle(self, transport: str, *, factor: float, min_share: float, hold: float, recovery: float,
                        cooldown: float) -> Throttled:
         async with (await self._open())._conn() as conn:
-            row = await conn.fetchrow(sql("throttle_transport"), transport, factor, min_share, hold, recovery,
-                                      cooldown, timeout=TIMEOUT_SECONDS)
+            row = one(await conn.fetchrow(sql("throttle_transport"), transport, factor, min_share, hold, recovery,
+                                          cooldown, timeout=TIMEOUT_SECONDS))
         return Throttled(row["rate_share"], row["lowered"])
 
     async def transport_use(self, recovery: float, windows: Mapping[str, float]) -> list[dict[str, Any]]:

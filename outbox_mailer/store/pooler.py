@@ -30,7 +30,7 @@ from collections.abc import AsyncIterator
 import asyncpg
 
 from ..errors import DatabaseUnavailable
-from .connection import connect_each_host, translate_errors
+from .connection import connect_each_host, one, translate_errors
 from .queries import sql
 
 ROUNDS = 3
@@ -58,12 +58,12 @@ async def session_pooling_problem(url: str, *, timeout: float = 10.0, rounds: in
 async def _watch(conns: tuple[asyncpg.Connection, asyncpg.Connection], timeout: float, rounds: int) -> str | None:
     """What showed that a connection's transactions do not share one server session of its own, or None."""
     tokens = [secrets.token_hex(8) for _ in conns]
-    pids = [(await conn.fetchrow(sql("mark_probe_session"), token, timeout=timeout))["pid"]
+    pids = [(one(await conn.fetchrow(sql("mark_probe_session"), token, timeout=timeout)))["pid"]
             for conn, token in zip(conns, tokens, strict=True)]
     if pids[0] == pids[1]:
         return f"two connections were served by one server process (pid {pids[0]})"
     for i in ORDER * rounds:
-        row = await conns[i].fetchrow(sql("probe_session"), timeout=timeout)
+        row = one(await conns[i].fetchrow(sql("probe_session"), timeout=timeout))
         if row["mark"] == tokens[1 - i]:
             return f"two connections were served by one server process (pid {row['pid']})"
         if row["pid"] != pids[i]:

@@ -141,18 +141,18 @@ FROM unnest($1::text[]) AS k
 WHERE NOT pg_try_advisory_lock(outbox_mailer_lock_key(k));
 
 -- name: record_outcomes
--- Apply decided transitions, fenced on (id, status = 'sending', claim_token), and keep email_queue (settled rows leave it, retried rows wait in it again); write every attempt. A claim given back untried has no attempt (its outcome $14 is null): nothing is written for it and the row keeps its last_error. Returns the ids updated. Parameters: store/claims.py outcome_parameters(). Recipient lists travel as JSON text (null: none), one per row: asyncpg would take nested lists for a multi-dimensional array.
+-- Apply decided transitions, fenced on (id, status = 'sending', claim_token), and keep email_queue (settled rows leave it, retried rows wait in it again); write every attempt. A claim given back untried has no attempt (its outcome $14 is null): nothing is written for it and the row keeps its last_error. Returns the ids updated. Parameters: store/outcomes.py OUTCOME_COLUMNS, named as in the unnest aliases below.
 WITH decided AS (
     SELECT *
     FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::timestamptz[], $5::text[], $6::text[],
                 $7::timestamptz[], $8::integer[], $9::text[], $10::text[], $21::text[], $14::text[])
-         AS o(id, claim_token, status, scheduled_at, last_error, provider_message_id, sent_at, refund,
-              retry_recipients, refused_recipients, message_id, attempt_outcome)
+         AS o(delivery_id, claim_token, status, scheduled_at, last_error, provider_message_id, sent_at, refund,
+              retry_recipients, refused_recipients, message_id, outcome)
 ), updated AS (
     UPDATE email_deliveries d
     SET status = o.status,
         scheduled_at = coalesce(o.scheduled_at, d.scheduled_at),
-        last_error = CASE WHEN o.attempt_outcome IS NULL THEN d.last_error ELSE o.last_error END,
+        last_error = CASE WHEN o.outcome IS NULL THEN d.last_error ELSE o.last_error END,
         provider_message_id = coalesce(o.provider_message_id, d.provider_message_id),
         message_id = coalesce(d.message_id, o.message_id),  -- a rescued claim of a daemon that did not write it
         sent_at = o.sent_at,
@@ -165,7 +165,7 @@ WITH decided AS (
         claim_token = NULL,
         updated_at = now()
     FROM decided o
-    WHERE d.id = ANY ($1::bigint[]) AND d.id = o.id AND d.status = 'sending' AND d.claim_token = o.claim_token
+    WHERE d.id = ANY ($1::bigint[]) AND d.id = o.delivery_id AND d.status = 'sending' AND d.claim_token = o.claim_token
     RETURNING d.id, d.status, d.scheduled_at
 ), dequeued AS (
     -- settled rows leave the queue; a row to retry waits there again, with its new schedule
@@ -198,7 +198,7 @@ SELECT u.id,
                WHERE v.delivery_id IS NULL AND v.quoted_provider_message_id = o.provider_message_id)
        OR EXISTS (SELECT 1 FROM email_delivery_events v
                   WHERE v.delivery_id IS NULL AND v.quoted_message_id = o.message_id) AS quoted
-FROM updated u JOIN decided o ON o.id = u.id;
+FROM updated u JOIN decided o ON o.delivery_id = u.id;
 
 -- name: record_attempts
 -- Write attempts of rows that stay as they are (a batch given up to a rescuer after an ambiguous answer); the rows' outcome is written when they are settled.

@@ -16,6 +16,7 @@ EXPECTED = {
     Cause.PAUSED: (lambda: Outcome.paused("credentials refused", 300), OutcomeKind.TRANSIENT, False),
     Cause.HELD_BACK: (lambda: Outcome.held_back("transport paused"), OutcomeKind.TRANSIENT, False),
     Cause.UNSENDABLE: (lambda: Outcome.unsendable("cannot compose"), OutcomeKind.PERMANENT, False),
+    Cause.SUPPRESSED: (lambda: Outcome.suppressed("suppressed: a@example.com"), OutcomeKind.PERMANENT, False),
     Cause.UNSTARTED: (lambda: Outcome.unstarted("claim too old to start"), OutcomeKind.TRANSIENT, False),
 }
 

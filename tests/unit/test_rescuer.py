@@ -36,7 +36,7 @@ async def test_a_recorded_batch_is_resent_whole_under_its_key_when_its_digest_ma
     writes = await ClaimRescue(b.ctx).replay(batch, members)
     assert b.api.requests == [(batch.key, ["k-1", "k-2"])], "the identical request, under the recorded key"
     assert writes is not None
-    assert [(w.delivery.id, w.transition.status, w.attempt.transport, w.attempt.worker) for w in writes] == [
+    assert [(w.delivery.id, w.transition.status, w.attempt.transport, w.attempt.worker_label) for w in writes] == [
         (1, Status.SENT, "api", f"rescuer {WORKER}"), (2, Status.SENT, "api", f"rescuer {WORKER}")]
 
 
@@ -73,7 +73,7 @@ async def test_a_claim_outside_the_idempotency_window_may_not_be_resent_and_goes
     write = rescue.unknown(old, DIED_AT, "gone:1")
     assert (write.transition.status, write.attempt.outcome, write.attempt.transport) == (
         status, OutcomeKind.AMBIGUOUS, "api")
-    assert write.attempt.started_at == DIED_AT and write.attempt.worker == f"rescuer {WORKER}"
+    assert write.attempt.started_at == DIED_AT and write.attempt.worker_label == f"rescuer {WORKER}"
 
 
 async def test_a_claim_inside_the_window_of_a_batching_transport_may_be_resent() -> None:

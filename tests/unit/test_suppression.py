@@ -56,7 +56,7 @@ def test_a_row_whose_every_recipient_is_suppressed_fails_naming_address_reason_a
     d = row(("A@example.com",), bcc=("Carol <c@example.com>",),
             suppressed=("a@example.com hard_bounce 2026-11-30", "c@example.com complaint 2026-10-01"))
     refusal = screen(d).refusal
-    assert refusal is not None and refusal.cause is Cause.UNSENDABLE
+    assert refusal is not None and refusal.cause is Cause.SUPPRESSED
     assert refusal.error == ("suppressed: a@example.com (hard_bounce since 2026-11-30); "
                              "c@example.com (complaint since 2026-10-01)")
 
