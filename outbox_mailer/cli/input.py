@@ -192,10 +192,11 @@ def _string(name: str, value: Any) -> str:
 
 
 def _key(name: str, value: Any) -> str:
-    problem = key_problem(_string(name, value))
+    key = _string(name, value)
+    problem = key_problem(key)
     if problem:
         raise UsageError(f"{name}: {problem}")
-    return value  # type: ignore[no-any-return]
+    return key
 
 
 def _address_list(name: str, value: Any) -> list[str]:

@@ -125,7 +125,7 @@ class SmtpTransportSettings(SmtpSettings):
 
 # Every provider kind is an entry of providers/registry.py (its class says its default base URL and rate).
 API_DEFAULT_BASE_URLS = {kind: p.default_base_url for kind, p in API_PROVIDERS.items() if p.default_base_url}
-ApiKind = Literal[tuple(API_PROVIDERS)]  # type: ignore[valid-type]  # "resend", "postmark", "sendgrid", "http"
+ApiKind = Literal[tuple(API_PROVIDERS)]  # type: ignore[valid-type]  # built from the registry at import; mypy reads only written-out Literals
 _IN_HOUSE_KINDS = " or ".join(repr(kind) for kind in API_PROVIDERS if in_house(kind))
 _BATCH_KINDS = " and ".join(repr(kind) for kind in BATCH_KINDS)
 
@@ -134,7 +134,7 @@ class ApiTransportSettings(LimitSettings):
     """A provider HTTP API (``resend``, ``postmark``, ``sendgrid``) or an in-house one (``http``);
     its limits and fallback are LimitSettings' (rate_per_second None: Resend 2/s, others unlimited)."""
 
-    kind: ApiKind  # type: ignore[valid-type]
+    kind: ApiKind  # type: ignore[valid-type]  # the Literal above, built from the registry: pydantic checks it
     api_key: SecretStr | None = None  # provider key; for kind=http an optional bearer token
     base_url: str | None = None  # None: the provider's public API
     url: str | None = None  # kind=http: where to POST each email

@@ -7,10 +7,12 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import asyncpg
+from asyncpg.pool import PoolConnectionProxy
 
 from ..delivery_events.suppression import form_or_none
 from ..errors import ContentRemoved, InvalidTransition, NotFound, SchemaMismatch
 from .connection import (
+    Conn,
     SessionLimits,
     affected,
     connect_each_host,
@@ -25,7 +27,7 @@ from .queries import sql
 ENVELOPE_FORM_SCHEMA = 20  # sql/0020_envelope_suppressions.sql: suppressions in the envelope's form
 
 
-async def _rewrite_old_forms(conn: asyncpg.Connection) -> int:
+async def _rewrite_old_forms(conn: Conn) -> int:
     """The Python step of schema 20: suppressions written before it, in the envelope's form (suppression.py)."""
     old = [r["address"] for r in await conn.fetch(sql("old_form_suppressions"))]
     if old:
@@ -44,7 +46,7 @@ class Store:
                    limits: SessionLimits | None = None) -> Store:
         """A pool; ``limits`` for the daemon's own (not migrate's, whose statements may be long)."""
 
-        async def setup(conn: asyncpg.Connection) -> None:  # at each acquire: a release runs RESET ALL
+        async def setup(conn: PoolConnectionProxy[asyncpg.Record]) -> None:  # at each acquire: a release runs RESET ALL
             if limits is not None:
                 await limits.apply(conn, heartbeated=False)
 
@@ -62,7 +64,7 @@ class Store:
             await self._pool.close()
 
     @contextlib.asynccontextmanager
-    async def _conn(self) -> AsyncIterator[asyncpg.Connection]:
+    async def _conn(self) -> AsyncIterator[Conn]:
         with translate_errors():
             async with self._pool.acquire() as conn:
                 yield conn
@@ -98,9 +100,10 @@ class Store:
     async def schema_version(self) -> int | None:
         async with self._conn() as conn:
             try:
-                return await conn.fetchval(sql("schema_version"))
+                version: int | None = await conn.fetchval(sql("schema_version"))
             except asyncpg.exceptions.UndefinedTableError:
                 return None
+            return version
 
     async def require_schema(self) -> None:
         """SchemaMismatch unless the database is at the schema this version of outbox-mailer needs."""
@@ -114,7 +117,7 @@ class Store:
     async def enqueue(self, email: dict[str, Any]) -> int | None:
         """Insert one email; None when the dedupe key already exists."""
         async with self._conn() as conn:
-            return await conn.fetchval(
+            delivery_id: int | None = await conn.fetchval(
                 sql("enqueue"),
                 email["dedupe_key"], email.get("from_address"), email["to_addresses"],
                 email.get("cc_addresses") or [], email.get("bcc_addresses") or [], email.get("reply_to"),
@@ -123,6 +126,7 @@ class Store:
                 email.get("priority") or 0, email.get("scheduled_at"), email.get("expires_at"),
                 email.get("max_attempts"), bool(email.get("ignore_suppressions")),
             )
+        return delivery_id
 
     async def status(self, keys: Sequence[str]) -> list[dict[str, Any]]:
         async with self._conn() as conn:

@@ -8,15 +8,18 @@ import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any, TypeAlias, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import anyio
 import asyncpg
+from asyncpg.pool import PoolConnectionProxy
 
 from ..errors import DatabaseBusy, DatabaseError, DatabaseUnavailable, SchemaMismatch
 
 T = TypeVar("T")
+# a connection, or the proxy of one that a pool hands out (it answers every call a connection does)
+Conn: TypeAlias = "asyncpg.Connection[asyncpg.Record] | PoolConnectionProxy[asyncpg.Record]"
 CHANNEL = "outbox_mailer"
 _UNAVAILABLE = (
     OSError,
@@ -91,7 +94,8 @@ async def settled(statement: Awaitable[T]) -> T:
     has gone (asyncpg issue 1310). The statement is short and bounded by the daemon's
     statement_timeout, so the stop waits for it instead."""
     with anyio.CancelScope(shield=True):
-        return await statement
+        result = await statement
+    return result
 
 
 async def uncancelled(opening: Awaitable[T], close: Callable[[T], Awaitable[Any]]) -> T:
@@ -146,7 +150,7 @@ class SessionLimits:
             settings["idle_session_timeout"] = f"{t * 2000:.0f}ms"
         return settings
 
-    def keep_alive(self, conn: asyncpg.Connection) -> None:
+    def keep_alive(self, conn: Conn) -> None:
         """TCP keepalives and a user timeout on the client's socket (a Unix socket needs neither)."""
         transport = getattr(conn, "_transport", None)  # asyncpg has no public way to the socket
         sock = transport.get_extra_info("socket") if transport is not None else None
@@ -159,7 +163,7 @@ class SessionLimits:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, 3)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, int(t * 1000))
 
-    async def apply(self, conn: asyncpg.Connection, *, heartbeated: bool) -> None:
+    async def apply(self, conn: Conn, *, heartbeated: bool) -> None:
         self.keep_alive(conn)
         names, values = zip(*self.server_settings(heartbeated=heartbeated).items(), strict=True)
         await conn.execute(
@@ -185,9 +189,11 @@ _NEXT_HOST = (OSError, TimeoutError, asyncpg.exceptions.TargetServerAttributeNot
               asyncpg.exceptions.CannotConnectNowError, asyncpg.exceptions.ConnectionFailureError)
 
 
-async def connect_each_host(dsn: str, **kwargs: Any) -> asyncpg.Connection:
+async def connect_each_host(dsn: str | None = None, **kwargs: Any) -> asyncpg.Connection:
     """``asyncpg.connect``, trying the hosts one at a time with the whole ``timeout`` each (host_urls);
     also the ``connect`` of the CLI's pools. The last host's error is raised when none will do."""
+    if dsn is None:  # the parameters alone (how asyncpg's pool may call it): one connection as asyncpg makes it
+        return await asyncpg.connect(**kwargs)
     *others, last = host_urls(dsn)
     for url in others:
         try:

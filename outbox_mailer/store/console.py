@@ -107,7 +107,8 @@ class ConsoleStore(EventStore):
 
     async def password_hash(self, name: str) -> str | None:
         async with self._conn() as conn:
-            return await conn.fetchval(sql("console_password_hash"), name)  # type: ignore[no-any-return]
+            stored: str | None = await conn.fetchval(sql("console_password_hash"), name)
+        return stored
 
     async def add_user(self, name: str, role: str, password_hash: str) -> bool:
         """False when the name is taken."""

@@ -40,6 +40,14 @@ def _instant(row: asyncpg.Record, field: str, *, infinity_is_none: bool = False)
         raise _Unreadable(f"{field}: timestamp out of range ({seconds:g} s from 1970)") from None
 
 
+def _required_instant(row: asyncpg.Record, field: str) -> datetime:
+    """A NOT NULL column's instant (a null one would be a broken schema: the row is unreadable)."""
+    instant = _instant(row, field)
+    if instant is None:
+        raise _Unreadable(f"{field}: null")
+    return instant
+
+
 def instant_or_none(seconds: float | None) -> datetime | None:
     """Epoch seconds from the database as a datetime; None when absent or not representable."""
     if seconds is None or not math.isfinite(seconds):
@@ -75,9 +83,9 @@ def _json(row: asyncpg.Record, field: str, kind: type) -> Any:
 def delivery_from_row(row: asyncpg.Record, max_content_bytes: int) -> Delivery:
     """Decode one claimed row; a row that cannot be sent as read comes back with ``defect`` set."""
     try:
-        scheduled_at = _instant(row, "scheduled_at")
+        scheduled_at = _required_instant(row, "scheduled_at")
         expires_at = _instant(row, "expires_at", infinity_is_none=True)
-        created_at = _instant(row, "created_at")
+        created_at = _required_instant(row, "created_at")
         first_attempt_at = _instant(row, "first_attempt_at")
     except _Unreadable as exc:
         return _defective(_base(row), str(exc))
