@@ -24,8 +24,8 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+from ..client.emails import dedupe_key_problem as key_problem
 from ..errors import OutboxMailerError
-from ..message.addresses import find_control_character
 
 
 class UsageError(OutboxMailerError):
@@ -34,7 +34,6 @@ class UsageError(OutboxMailerError):
 
 # ---- argument types ------------------------------------------------------------------
 
-MAX_KEY_CHARS = 255
 _DURATION = re.compile(r"([0-9]{1,12}(?:\.[0-9]{1,6})?)([smhdw])", re.ASCII)
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
 MAX_DURATION_SECONDS = 3650 * 86_400  # ten years: the longest retention a setting allows
@@ -46,21 +45,6 @@ def dedupe_key(text: str) -> str:
     if problem:
         raise argparse.ArgumentTypeError(problem)
     return text
-
-
-def key_problem(value: str) -> str | None:
-    if not value:
-        return "a dedupe key may not be empty"
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return f"dedupe key {value!a} is not valid UTF-8"
-    if len(value) > MAX_KEY_CHARS:
-        return f"a dedupe key has at most {MAX_KEY_CHARS} characters (this one has {len(value)})"
-    bad = find_control_character(value)
-    if bad is not None:
-        return f"dedupe key {value!r} contains the control character {bad!r}"
-    return None
 
 
 def duration(text: str) -> float:

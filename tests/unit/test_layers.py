@@ -34,6 +34,7 @@ FLOORS: tuple[dict[str, str], ...] = (
     {
         "store": "SQL and asyncpg: decodes rows into the values of the message, events and decide rooms",
         "settings": "every setting, checked at start-up with the message's rules and the provider table",
+        "client": "enqueue and status from an application's own connection: the message's rules, no daemon",
     },
     {"delivery_events": "after the send, pure: provider events, DSNs, suppression and bounce-tag rules"},
     {
