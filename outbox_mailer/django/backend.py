@@ -65,6 +65,9 @@ class EmailBackend(BaseEmailBackend):
     def _write(self, message: EmailMessage) -> bool:
         """True: a new row; False: the message's key was already in the table."""
         email = email_from_message(message)
-        with transaction.atomic(using=self.alias, savepoint=True), connections[self.alias].cursor() as cursor:
-            # the driver's own cursor (psycopg 3 or psycopg2) under Django's wrapper, in Django's transaction
+        connection = connections[self.alias]
+        # the driver's own cursor (psycopg 3 or psycopg2) under Django's wrapper, in Django's transaction; the
+        # driver's errors become Django's (IntegrityError ...), as on Django's own cursor
+        with (transaction.atomic(using=self.alias, savepoint=True), connection.cursor() as cursor,
+              connection.wrap_database_errors):
             return enqueue(cursor.cursor, email)
