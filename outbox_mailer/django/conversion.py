@@ -111,7 +111,10 @@ def _bodies(message: EmailMessage, encoding: str) -> dict[str, str | None]:
             raise InvalidEmail(field, f"a {mimetype} body cannot be carried: text/plain and text/html can")
         if kind in found:
             raise InvalidEmail(field, f"a second {mimetype} body (the message already has one)")
-        found[kind] = content.decode(encoding) if isinstance(content, bytes) else _text(content)
+        try:
+            found[kind] = content.decode(encoding) if isinstance(content, bytes) else _text(content)
+        except UnicodeDecodeError as exc:
+            raise InvalidEmail(field, f"not {encoding} text at byte {exc.start}") from None
     if "html" in found and not found.get("text"):
         found.pop("text", None)  # Django's empty body beside an HTML alternative: no text part of its own
     return {"text": found.get("text"), "html": found.get("html")}
@@ -127,7 +130,11 @@ def _attachment(item: object, encoding: str, field: str) -> Attachment:
         raise InvalidEmail(f"{field}.filename", "an attachment needs a filename")
     content_type = mimetype or mimetypes.guess_type(filename)[0] or DEFAULT_ATTACHMENT_TYPE
     if isinstance(content, str):
-        data = content.encode(encoding)
+        try:
+            data = content.encode(encoding)
+        except UnicodeEncodeError as exc:
+            raise InvalidEmail(f"{field}.content", f"{encoding} cannot hold {exc.object[exc.start]!r}: "
+                                                   "give bytes, or set the message's encoding") from None
     elif isinstance(content, bytes | bytearray | memoryview):
         data = bytes(content)
     elif isinstance(content, Message | EmailMessage):

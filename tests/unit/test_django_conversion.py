@@ -165,6 +165,17 @@ def test_an_attachment_that_cannot_be_carried_is_refused(attachment: tuple[objec
     assert refused.value.field.startswith("attachments[0]")
 
 
+def test_text_that_the_message_s_encoding_cannot_hold_is_refused_by_name() -> None:
+    m = message(attachments=[("n.txt", "café", "text/plain")])
+    m.encoding = "ascii"
+    with pytest.raises(InvalidEmail) as refused:
+        email_from_message(m)
+    assert refused.value.field == "attachments[0].content"
+    with pytest.raises(InvalidEmail) as refused:
+        email_from_message(message(alternatives=[(b"<p>\xff</p>", "text/html")]))
+    assert refused.value.field == "alternatives[0]"
+
+
 @pytest.mark.xfail(not HAS_CONTENT_ID, strict=True, reason="content_id arrives with the inline-attachments change")
 def test_an_inline_part_with_a_content_id_becomes_an_inline_attachment() -> None:
     image = MIMEImage(PNG, "png")
