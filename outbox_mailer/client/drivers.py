@@ -28,6 +28,8 @@ __all__ = ["fetch_async", "fetch_sync"]
 
 _SQLALCHEMY_SYNC = frozenset({"Connection", "Session", "scoped_session"})
 _SQLALCHEMY_ASYNC = frozenset({"AsyncConnection", "AsyncSession", "async_scoped_session"})
+# what hands out connections (asyncpg, SQLAlchemy, psycopg_pool): each statement would commit on its own
+_POOLS = frozenset({"Pool", "Engine", "AsyncEngine", "ConnectionPool", "AsyncConnectionPool"})
 _SUPPORTED = ("an asyncpg or psycopg connection, a SQLAlchemy Connection or Session (sync or async), "
               "or a DB-API connection or cursor")
 
@@ -42,6 +44,9 @@ def kind_of(conn: object) -> tuple[str, bool]:
     classes = _classes(conn)
     modules = {module for module, _ in classes}
     names = {name for _, name in classes}
+    if names & _POOLS:
+        raise TypeError(f"{type(conn).__qualname__} hands out connections and is no transaction: pass the "
+                        "connection or session whose transaction the email belongs to")
     if "asyncpg" in modules:
         return "asyncpg", True
     if "psycopg" in modules and names & {"Connection", "AsyncConnection"}:

@@ -259,3 +259,18 @@ async def test_status_reads_what_the_table_holds_and_none_for_an_unknown_key(han
     assert (found.delivery_event, found.delivery_event_at, found.scheduled_at) == ("bounced", WHEN, WHEN)
     assert found.created_at <= found.updated_at
     assert await handle.status("no-such-key") is None
+
+
+@pytest.mark.parametrize("opened", ["asyncpg pool", "sqlalchemy engine"])
+async def test_a_pool_or_an_engine_is_refused_since_it_is_no_transaction(opened: str, db_url: str) -> None:
+    email = Email(dedupe_key="k", to=["a@example.com"], subject="s", text="t")
+    if opened == "asyncpg pool":
+        async with asyncpg.create_pool(db_url, min_size=1, max_size=1) as pool:
+            with pytest.raises(TypeError, match="no transaction"):
+                await client.enqueue_async(pool, email)
+    else:
+        engine = sqlalchemy.create_engine(url_for(db_url, "postgresql+psycopg2"))
+        with pytest.raises(TypeError, match="no transaction"):
+            client.enqueue(engine, email)
+        engine.dispose()
+    assert rows(db_url) == {}
