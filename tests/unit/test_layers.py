@@ -30,6 +30,7 @@ FLOORS: tuple[dict[str, str], ...] = (
         "receiver": "delivery events taken in (webhooks, ingest-dsn) and written through the store",
         "serving": "HTTP served to the outside (uvicorn), systemd notifications, logging; read the settings",
         "transports": "the edges that send (SMTP, the provider HTTP client), configured by the settings",
+        "django": "Django's email backend: messages made Email values and written by the client, nothing else",
     },
     {
         "store": "SQL and asyncpg: decodes rows into the values of the message, events and decide rooms",
@@ -60,6 +61,7 @@ LIBRARY_HOMES: dict[str, tuple[str, ...]] = {
     # is opened by the `webhooks` command
     "httpx": ("transports/api/http.py", "receiver/server.py", "cli/event_commands.py"),
     "uvicorn": ("serving/http_server.py",),
+    "django": ("django/",),  # optional (the `django` extra): only the backend's room may need it
 }
 PURE_CORE = ("decide.py", "delivery.py", "message/", "providers/", "delivery_events/")
 NO_IO = ("asyncpg", "aiosmtplib", "httpx", "uvicorn", "starlette", "anyio")
