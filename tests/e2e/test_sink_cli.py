@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import smtplib
+import socket
 import subprocess
 from pathlib import Path
 
@@ -47,7 +48,7 @@ def test_sink_prints_a_line_and_writes_the_eml_of_each_message_then_exits_0_on_s
             proc.wait(timeout=10)
 
 
-def test_sink_refuses_a_bad_address_or_an_unwritable_folder_with_exit_2(installed: Installed,
+def test_sink_refuses_a_bad_or_taken_address_or_an_unwritable_folder_with_exit_2(installed: Installed,
                                                                           tmp_path: Path) -> None:
     bad = installed.cli("sink", "--address", "127.0.0.1", env=base_env())
     assert bad.returncode == 2
@@ -57,6 +58,11 @@ def test_sink_refuses_a_bad_address_or_an_unwritable_folder_with_exit_2(installe
                                "--eml-dir", str(tmp_path / "a-file" / "mail"), env=base_env())
     assert unwritable.returncode == 2
     assert f"--eml-dir '{tmp_path / 'a-file' / 'mail'}': cannot write there" in unwritable.stderr
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        busy = installed.cli("sink", "--address", f"127.0.0.1:{port}", env=base_env())
+    assert busy.returncode == 2
+    assert f"--address '127.0.0.1:{port}': cannot listen there" in busy.stderr
 
 
 def test_check_against_a_local_sink_names_the_tls_and_port_settings_to_change(
