@@ -87,6 +87,7 @@ class AttachmentFields:
     filename: str
     content_type: str  # type/subtype
     content: bytes
+    content_id: str | None = None  # an inline part's Content-ID, without angle brackets; None: a file
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,7 +2,7 @@
 
 Exit codes: 0 ok · 1 not found / nothing done · 2 usage, configuration or bad
 input · 3 a dependency (database, mail server) is unreachable. ``--json``
-prints one JSON object per line. Every command except ``demo`` loads and
+prints one JSON object per line. Every command except ``demo`` and ``sink`` loads and
 validates the settings first (exit 2 naming the setting); arguments and the
 ``enqueue --stdin`` object are parsed strictly by :mod:`outbox_mailer.cli.input`.
 
@@ -15,7 +15,7 @@ The package, by responsibility (imports only run downwards, no cycles)::
     queue_commands    many emails: list, retry (KEY or --status), stats, prune
     event_commands    after the send: webhooks, ingest-dsn, suppress, unsuppress, suppressions, events
     console_commands  the operator console: console, console-user add|remove|list
-    setup_commands    grant, check, demo
+    setup_commands    grant, check, demo, sink
     database          with_store(): one Store for one action
     output            exit codes, error -> exit code, JSON lines, text and tables
     input             argument types, the enqueue --stdin object, UsageError
@@ -34,12 +34,14 @@ from .parser import build_parser
 
 __all__ = ["build_parser", "main"]
 
+SETTINGS_FREE = ("demo", "sink")  # commands that read no setting: a broken configuration does not stop them
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure_logging(args.log_level, args.log_format)
     try:
-        settings = load_settings() if args.command != "demo" else Settings()
+        settings = load_settings() if args.command not in SETTINGS_FREE else Settings()
         code: int = args.func(args, settings)
         return code
     except OutboxMailerError as exc:

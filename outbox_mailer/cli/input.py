@@ -113,6 +113,7 @@ _JSON_BRACKET = re.compile(r"[\[\]{}]")
 SMALLINT = (-32_768, 32_767)  # priority is a smallint
 INT4 = (1, 2_147_483_647)  # max_attempts is an int, at least 1
 ATTACHMENT_KEYS = ("content_base64", "content_type", "filename")
+OPTIONAL_ATTACHMENT_KEY = "content_id"  # an inline part's Content-ID (string or null)
 
 STRING_FIELDS = ("from_address", "reply_to", "text_body", "html_body", "transport")  # string or null
 ADDRESS_LISTS = ("to_addresses", "cc_addresses", "bcc_addresses")  # list of strings (or one string)
@@ -230,11 +231,13 @@ def _attachments(name: str, value: Any) -> list[dict[str, str]]:
         field = f"{name}[{index}]"
         if not isinstance(item, dict):
             raise UsageError(f"{field}: expected an object, got {_kind(item)}")
-        if sorted(item) != list(ATTACHMENT_KEYS):
-            raise UsageError(f"{field}: expected exactly the keys {', '.join(ATTACHMENT_KEYS)}; "
+        if sorted(set(item) - {OPTIONAL_ATTACHMENT_KEY}) != list(ATTACHMENT_KEYS):
+            raise UsageError(f"{field}: expected exactly the keys {', '.join(ATTACHMENT_KEYS)} "
+                             f"(and, for an inline part, {OPTIONAL_ATTACHMENT_KEY}); "
                              f"got {', '.join(sorted(map(str, item))) or 'none'}")
         for key, part in item.items():
-            _string(f"{field}.{key}", part)
+            if key != OPTIONAL_ATTACHMENT_KEY or part is not None:
+                _string(f"{field}.{key}", part)
     return value
 
 

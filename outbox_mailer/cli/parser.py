@@ -18,7 +18,7 @@ DESCRIPTION = "outbox-mailer: the transactional-email outbox daemon and its oper
 
 # Each group's register(), in the order `outbox-mailer --help` lists the commands:
 # migrate run · status enqueue cancel resolve · list retry stats prune · webhooks ingest-dsn suppress
-# unsuppress suppressions events · console console-user · grant check demo.
+# unsuppress suppressions events · console console-user · grant check demo sink.
 GROUPS = (register_service_commands, register_email_commands, register_queue_commands, register_event_commands,
           register_console_commands, register_setup_commands)
 

@@ -1,4 +1,4 @@
-"""Setting up and trying out: grant (database roles), check (configuration and reachability), demo."""
+"""Setting up and trying out: grant (database roles), check (configuration and reachability), demo, sink."""
 
 from __future__ import annotations
 
@@ -9,12 +9,16 @@ import anyio
 
 from ..errors import DatabaseError, TransportUnavailable
 from ..message.staging import StagingGuard
-from ..settings.config import Settings
+from ..settings.checks import fallback_setting, parse_listen_address
+from ..settings.config import Settings, SmtpSettings
 from ..store import Store
 from ..store.grants import grant_statements
 from ..store.migrations import expected_schema_version
 from .database import run_with_store, with_store
+from .input import UsageError
 from .output import EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, check_line, emit
+
+SINK_ADDRESS = "127.0.0.1:2525"
 
 
 def cmd_grant(args: argparse.Namespace, settings: Settings) -> int:
@@ -69,7 +73,8 @@ def cmd_check(args: argparse.Namespace, settings: Settings) -> int:
                 try:
                     report(name, True, await transport.check())
                 except TransportUnavailable as exc:
-                    report(name, False, str(exc))
+                    hint = local_relay_hint(name, settings)
+                    report(name, False, str(exc) + (f"; {hint}" if hint else ""))
                     code = EXIT_UNREACHABLE
         finally:
             for transport in transports.values():
@@ -79,12 +84,57 @@ def cmd_check(args: argparse.Namespace, settings: Settings) -> int:
     return anyio.run(go)
 
 
+def local_relay_hint(name: str, settings: Settings) -> str | None:
+    """For an SMTP transport on this machine whose check failed: the settings a local relay or sink needs.
+
+    The defaults (tls=starttls, port 587) suit a relay elsewhere, and stay: a loopback address may
+    also be a tunnel to one. None when the transport is not SMTP on a loopback address, or already
+    has tls=none and a port.
+    """
+    from ..console.auth import is_loopback  # the one loopback test; imported only when a check failed
+
+    config = settings.smtp if name == "smtp" else settings.transports.get(name)
+    if not isinstance(config, SmtpSettings) or not is_loopback(config.host):
+        return None
+    prefix = fallback_setting(name).removesuffix("FALLBACK")  # OUTBOX_MAILER_SMTP__ or ..._TRANSPORTS__<NAME>__
+    sink = f"(outbox-mailer sink listens on {SINK_ADDRESS.rpartition(':')[2]})"
+    if config.tls != "none":
+        port = config.port if config.port is not None else "<its port>"
+        return (f"{config.host} is this machine: a local relay or sink without TLS needs {prefix}TLS=none and "
+                f"{prefix}PORT={port} {sink}; tls={config.tls} requires TLS, here on port {config.effective_port}")
+    if config.port is None:
+        return (f"{config.host} is this machine: with tls=none the port defaults to {config.effective_port}; "
+                f"a local relay or sink elsewhere needs {prefix}PORT=<its port> {sink}")
+    return None
+
+
 def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     # Imported here for start-up time only (no cycle): the demo's cluster and sink (~60 ms)
     # serve `demo` alone.
     from ..devtools.demo import run_demo
 
     return anyio.run(run_demo)
+
+
+def cmd_sink(args: argparse.Namespace, settings: Settings) -> int:
+    # Imported here for start-up time only (no cycle), as for the demo.
+    from ..devtools.sink_command import EmlFolder, serve_sink
+
+    try:
+        host, port = parse_listen_address(args.address)
+    except ValueError as exc:
+        raise UsageError(f"--address {exc}") from None
+    folder = None
+    if args.eml_dir is not None:
+        try:
+            folder = EmlFolder.open(args.eml_dir)
+        except OSError as exc:
+            raise UsageError(f"--eml-dir {args.eml_dir!r}: cannot write there: {exc.strerror or exc}") from None
+    try:
+        anyio.run(serve_sink, host, port, folder)
+    except OSError as exc:  # the address is taken, or not one of this machine's
+        raise UsageError(f"--address {args.address!r}: cannot listen there: {exc.strerror or exc}") from None
+    return EXIT_OK
 
 
 def register(sub: Any) -> None:
@@ -101,3 +151,10 @@ def register(sub: Any) -> None:
     p.set_defaults(func=cmd_check)
 
     sub.add_parser("demo", help="self-contained demo: throwaway PostgreSQL and SMTP sink").set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("sink", help="a local SMTP server that accepts every message and prints one line for each "
+                                    "(no TLS, no AUTH: for a daemon on this machine); runs until SIGINT/SIGTERM")
+    p.add_argument("--address", default=SINK_ADDRESS, metavar="HOST:PORT",
+                   help=f"where to listen (default {SINK_ADDRESS})")
+    p.add_argument("--eml-dir", metavar="DIR", help="also write each message there as an .eml file")
+    p.set_defaults(func=cmd_sink)

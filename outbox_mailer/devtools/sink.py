@@ -1,10 +1,12 @@
 """A tiny in-process SMTP sink for ``outbox-mailer demo`` and the tests.
 
-It listens on 127.0.0.1 (asyncio streams, no dependency beyond the standard
-library) and speaks just enough ESMTP for aiosmtplib: EHLO/HELO, MAIL, RCPT,
+It listens on 127.0.0.1 by default (asyncio streams, no dependency beyond the
+standard library) and speaks just enough ESMTP for aiosmtplib: EHLO/HELO, MAIL, RCPT,
 DATA (with dot-unstuffing), RSET, NOOP and QUIT.  Accepted messages are kept
-in :attr:`SmtpSink.messages`.  Replies can be scripted with *rules*: a
-callable ``rules(command, argument)`` consulted for ``"MAIL"`` (the sender),
+in :attr:`SmtpSink.messages` and, when *on_message* is given, handed to it as
+they arrive (``outbox-mailer sink``: :mod:`outbox_mailer.devtools.sink_command`;
+an OSError of the handler is answered 451).  Replies can be scripted with
+*rules*: a callable ``rules(command, argument)`` consulted for ``"MAIL"`` (the sender),
 ``"RCPT"`` (the recipient) and ``"DATA"`` (the recipients joined by ``","``,
 at the end of the data); a ``(code, text)`` result is sent instead of the
 usual acceptance (after a 421 the sink hangs up, as real servers do).
@@ -19,7 +21,7 @@ import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["ReceivedMessage", "Rules", "SmtpSink", "always_refuse", "combine", "fail_first"]
+__all__ = ["MessageHandler", "ReceivedMessage", "Rules", "SmtpSink", "always_refuse", "combine", "fail_first"]
 
 Rules = Callable[[str, str], tuple[int, str] | None]
 MAX_LINE = 4096
@@ -31,6 +33,9 @@ class ReceivedMessage:
     sender: str
     recipients: list[str]
     data: bytes
+
+
+MessageHandler = Callable[[ReceivedMessage], None]
 
 
 def fail_first(times: int, match: str, code: int, text: str, *, command: str = "RCPT") -> Rules:
@@ -80,12 +85,15 @@ def _parse_path(arg: str, keyword: str) -> tuple[str, list[str]] | None:
 
 class SmtpSink:
     def __init__(self, *, rules: Rules | None = None,
-                 max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE, port: int = 0) -> None:
+                 max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE, host: str = "127.0.0.1", port: int = 0,
+                 on_message: MessageHandler | None = None, keep_messages: bool = True) -> None:
         self.rules = rules
         self.max_message_size = max_message_size
-        self.host = "127.0.0.1"
+        self.host = host
         self.port = port  # 0: a free port, read back after start()
-        self.messages: list[ReceivedMessage] = []
+        self.messages: list[ReceivedMessage] = []  # every accepted message, unless keep_messages is false
+        self._on_message = on_message
+        self._keep_messages = keep_messages
         self._server: asyncio.Server | None = None
         self._sessions: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
         self._closing = False
@@ -149,7 +157,8 @@ class SmtpSink:
             return line
 
     async def _session(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        greeted, sender, recipients = False, None, list[str]()
+        greeted, sender = False, None
+        recipients: list[str] = []
         code, text = 220, "outbox-mailer sink ESMTP ready"
         while True:
             lines = text.split("\n")
@@ -228,5 +237,12 @@ class SmtpSink:
             return error
         if (refusal := self._rule("DATA", ",".join(recipients))) is not None:
             return refusal
-        self.messages.append(ReceivedMessage(sender, list(recipients), b"".join(chunks)))
+        message = ReceivedMessage(sender, list(recipients), b"".join(chunks))
+        if self._on_message is not None:
+            try:
+                self._on_message(message)
+            except OSError as exc:  # not stored (a full disk ...): the client is told to try again
+                return 451, f"4.3.0 Message not stored: {exc.strerror or exc}"
+        if self._keep_messages:
+            self.messages.append(message)
         return 250, "2.0.0 OK: queued"

@@ -42,11 +42,8 @@ How it is built:
 
 from __future__ import annotations
 
-import base64
-import binascii
 import email.policy
 import re
-from dataclasses import dataclass
 from datetime import datetime
 from email.message import MIMEPart
 from email.parser import BytesParser, Parser
@@ -65,10 +62,10 @@ from .addresses import (
     AddressPolicy,
     ParsedAddress,
     checked_text,
-    find_control_character,
     parse_address,
     parse_address_list,
 )
+from .attachments import checked_attachments
 from .header_fields import (
     address_header,
     checked_custom_headers,
@@ -79,20 +76,7 @@ from .text_alternative import MAX_HTML_BYTES, text_from_html
 
 __all__ = ["check_composed", "compose"]
 
-_RESTRICTED_NAME = r"[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}"  # RFC 6838
-_CONTENT_TYPE = re.compile(f"({_RESTRICTED_NAME})/({_RESTRICTED_NAME})")
-_REFUSED_ATTACHMENT_TYPES = frozenset({"multipart", "message"})
-_ATTACHMENT_KEYS = frozenset({"filename", "content_type", "content_base64"})
-_MAX_FILENAME_CHARS = 255
 _DISPLAY = attrgetter("display")
-
-
-@dataclass(frozen=True, slots=True)
-class _Attachment:
-    filename: str
-    maintype: str
-    subtype: str
-    data: bytes
 
 
 def compose(
@@ -126,11 +110,11 @@ def compose(
     if generated:
         text_body = text_from_html(html_body)  # type: ignore[arg-type]  # a str: checked just above
         text_data = None if text_body is None else text_body.encode("utf-8")
-    attachments = _checked_attachments(delivery.attachments, max_message_bytes)
+    attachments = checked_attachments(delivery.attachments, max_message_bytes)
 
     # From here on every part is checked: rendering calls no validation.
     message_id = delivery.message_id
-    if not is_message_id(message_id):
+    if message_id is None or not is_message_id(message_id):
         raise CompositionError("message_id", f"not a Message-ID the claim wrote: {message_id!r}")
     headers = [
         unstructured("Date", mime.format_date(now)),
@@ -146,7 +130,7 @@ def compose(
     headers.extend(unstructured(name, value) for name, value in custom)
     headers.append("MIME-Version: 1.0\r\n")
 
-    parts = [(a.data, f"{a.maintype}/{a.subtype}", a.filename) for a in attachments]
+    parts = [(a.data, f"{a.maintype}/{a.subtype}", a.filename, a.content_id) for a in attachments]
     head = "".join(headers).encode("utf-8")  # ASCII unless an address is internationalised
     data = head + mime.body(text_data, html_data, parts, seed=message_id[1:33])
     if len(data) > max_message_bytes and generated and text_data is not None:
@@ -168,7 +152,7 @@ def compose(
         text_body,
         html_body,
         tuple(custom),
-        tuple(AttachmentFields(a.filename, f"{a.maintype}/{a.subtype}", a.data) for a in attachments),
+        tuple(AttachmentFields(a.filename, f"{a.maintype}/{a.subtype}", a.data, a.content_id) for a in attachments),
     )
     composed = ComposedMessage(
         sender.addr_spec,
@@ -209,77 +193,6 @@ def _utf8(body: object, field: str) -> bytes | None:
         return body.encode("utf-8")
     except UnicodeEncodeError as exc:
         raise CompositionError(field, f"not valid Unicode at position {exc.start}") from exc
-
-
-def _checked_attachments(attachments: object, max_message_bytes: int) -> list[_Attachment]:
-    if type(attachments) is list and not attachments:  # most rows
-        return []
-    if not isinstance(attachments, (list, tuple)):
-        raise CompositionError("attachments", f"expected a list, got {type(attachments).__name__}")
-    checked = []
-    encoded_at_least = 0
-    for index, item in enumerate(attachments):
-        attachment = _checked_attachment(item, f"attachments[{index}]")
-        encoded_at_least += 4 * -(-len(attachment.data) // 3)
-        if encoded_at_least > max_message_bytes:  # refuse before building anything big
-            raise CompositionError(
-                "message",
-                f"composed message is at least {encoded_at_least} bytes, "
-                f"over the limit of {max_message_bytes}",
-            )
-        checked.append(attachment)
-    return checked
-
-
-def _checked_attachment(item: object, field: str) -> _Attachment:
-    if not isinstance(item, dict):
-        raise CompositionError(field, f"expected an object, got {type(item).__name__}")
-    missing = sorted(_ATTACHMENT_KEYS.difference(item))
-    if missing:
-        raise CompositionError(field, f"missing key(s): {', '.join(missing)}")
-    extra = [key for key in item if key not in _ATTACHMENT_KEYS]
-    if extra:
-        raise CompositionError(field, f"unknown key(s): {', '.join(map(repr, extra))}")
-    for key in sorted(_ATTACHMENT_KEYS):
-        if not isinstance(item[key], str):
-            raise CompositionError(f"{field}.{key}", f"expected a string, got {type(item[key]).__name__}")
-    maintype, subtype = _checked_content_type(item["content_type"], f"{field}.content_type")
-    return _Attachment(
-        filename=_checked_filename(item["filename"], f"{field}.filename"),
-        maintype=maintype,
-        subtype=subtype,
-        data=_decoded_base64(item["content_base64"], f"{field}.content_base64"),
-    )
-
-
-def _checked_filename(filename: str, field: str) -> str:
-    if not filename or len(filename) > _MAX_FILENAME_CHARS:
-        raise CompositionError(field, f"must be 1-{_MAX_FILENAME_CHARS} characters")
-    bad = find_control_character(filename)
-    if bad is not None:
-        raise CompositionError(field, f"control character {bad!r} is not allowed")
-    if "=?" in filename:  # the stdlib would decode it as an RFC 2047 encoded word
-        raise CompositionError(field, "'=?' is not allowed in a filename")
-    return filename
-
-
-def _checked_content_type(content_type: str, field: str) -> tuple[str, str]:
-    match = _CONTENT_TYPE.fullmatch(content_type)
-    if match is None:
-        raise CompositionError(field, f"{content_type!r} is not a type/subtype media type")
-    maintype, subtype = match.group(1).lower(), match.group(2).lower()
-    if maintype in _REFUSED_ATTACHMENT_TYPES:
-        raise CompositionError(field, f"{maintype}/* attachments are not supported")
-    return maintype, subtype
-
-
-def _decoded_base64(text: str, field: str) -> bytes:
-    try:
-        return base64.b64decode(text, validate=True)
-    except (binascii.Error, ValueError) as exc:
-        raise CompositionError(
-            field, f"not strict base64 (no whitespace or line breaks allowed): {exc}"
-        ) from exc
 
 
 def _envelope_recipients(
@@ -353,19 +266,25 @@ _LEAF_HEADERS = ("content-type", "content-transfer-encoding")
 
 
 def _expected_tree(fields: MessageFields) -> _TreeNode:
-    texts = [
-        (f"text/{subtype}", _LEAF_HEADERS, ())
-        for subtype, body in (("plain", fields.text), ("html", fields.html)) if body is not None
-    ]
+    """The tree :func:`mime.body` builds (its docstring): inline parts related to the HTML."""
+    inline = [a for a in fields.attachments if a.content_id is not None] if fields.html is not None else []
+    files = [a for a in fields.attachments if a.content_id is None] if inline else list(fields.attachments)
+    html: _TreeNode | None = None if fields.html is None else ("text/html", _LEAF_HEADERS, ())
+    if html is not None and inline:
+        html = ("multipart/related", ("content-type",), (html, *map(_attachment_node, inline)))
+    texts = [node for node in (None if fields.text is None else ("text/plain", _LEAF_HEADERS, ()), html)
+             if node is not None]
     body: _TreeNode = (
         texts[0] if len(texts) == 1 else ("multipart/alternative", ("content-type",), tuple(texts))
     )
-    if not fields.attachments:
+    if not files:
         return body
-    attached = tuple(
-        (a.content_type, (*_LEAF_HEADERS, "content-disposition"), ()) for a in fields.attachments
-    )
-    return ("multipart/mixed", ("content-type",), (body, *attached))
+    return ("multipart/mixed", ("content-type",), (body, *map(_attachment_node, files)))
+
+
+def _attachment_node(attachment: AttachmentFields) -> _TreeNode:
+    cid = ("content-id",) if attachment.content_id is not None else ()
+    return (attachment.content_type, (*_LEAF_HEADERS, *cid, "content-disposition"), ())
 
 
 def _mime_tree(part: MIMEPart, *, root: bool = False) -> _TreeNode:

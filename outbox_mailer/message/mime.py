@@ -6,7 +6,8 @@ and is checked against ``EmailMessage`` by the property test in
 ``tests/unit/test_compose_oracle.py``.
 
 Every part it produces is 7-bit ASCII with CRLF line endings and lines of at
-most 78 octets (headers of attachments included):
+most 78 octets (headers of attachments included; a ``Content-ID`` cannot be
+folded, and its line is as long as its id of up to 250 characters needs):
 
 * text bodies (``text/plain`` / ``text/html``, ``charset="utf-8"``): line
   endings normalized the way ``EmailMessage.set_content`` does (``\\r\\n``,
@@ -15,7 +16,9 @@ most 78 octets (headers of attachments included):
   characters, else as quoted-printable or base64, whichever is shorter;
 * attachments: base64, ``Content-Disposition: attachment`` with the filename
   as a quoted string when it is plain and short, else RFC 2231 encoded (UTF-8,
-  percent-encoded, split into ``filename*N*`` continuations);
+  percent-encoded, split into ``filename*N*`` continuations); an inline part
+  (with a Content-ID) is ``Content-Disposition: inline``, in ``multipart/related``
+  with the HTML (:func:`body`);
 * multipart framing: boundaries ``=_<subtype>_<seed>_<n>`` derived from the
   Message-ID, ``n`` counting up until the boundary occurs in no enclosed part,
   so the same row always gives the same bytes.
@@ -38,7 +41,8 @@ from email.utils import format_datetime
 from functools import lru_cache
 from urllib.parse import quote
 
-__all__ = ["MAX_HEADER_LINE", "attachment_part", "body", "fold_header", "format_date", "multipart", "text_part"]
+__all__ = ["MAX_HEADER_LINE", "Attachment", "attachment_part", "body", "fold_header", "format_date", "multipart",
+           "text_part"]
 
 MAX_HEADER_LINE = 78  # RFC 5322's recommended limit: fold_header() breaks longer lines where it can
 _CONTROL = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")  # 7bit may not carry these
@@ -52,31 +56,49 @@ _RFC2231_SAFE = "!#$&+^`|"  # attribute-chars kept as they are (besides letters,
 _CONTINUATION_CHARS = 60  # of percent-encoded filename per header line
 
 
+Attachment = tuple[bytes, str, str, str | None]  # data, type/subtype, filename, Content-ID (None: a file)
+
+
 def body(
     text: str | bytes | None,
     html: str | bytes | None,
-    attachments: Sequence[tuple[bytes, str, str]],
+    attachments: Sequence[Attachment],
     *,
     seed: str,
 ) -> bytes:
     """The root part: text/plain, text/html or multipart/alternative of both (text first),
-    inside multipart/mixed when there are attachments ``(data, type/subtype, filename)``.
-    The bodies as text, or already as UTF-8."""
-    if text is not None and html is not None:
-        root = multipart("alternative", [text_part(text, "plain"), text_part(html, "html")], seed)
+    inside multipart/mixed when there are attachments ``(data, type/subtype, filename, content_id)``.
+    The bodies as text, or already as UTF-8.
+
+    Inline parts (a ``content_id``) go with the HTML into ``multipart/related``, the HTML first,
+    as its root (RFC 2387 section 3), inside the alternative:
+    ``mixed(alternative(text, related(html, inline...)), files...)``. This is the tree Thunderbird
+    writes and Python's ``EmailMessage.add_related`` builds; Gmail, Outlook and Apple Mail show
+    its images in the HTML, and a reader of the text alternative is not handed images it cannot
+    place. Without HTML, inline parts go into ``mixed`` like files, keeping their Content-ID.
+    """
+    inline = [a for a in attachments if a[3] is not None] if html is not None else []
+    files = [a for a in attachments if a[3] is None] if inline else attachments
+    html_root = None
+    if html is not None:
+        html_root = text_part(html, "html")
+        if inline:
+            html_root = multipart("related", [html_root, *(attachment_part(*a) for a in inline)], seed)
+    if text is not None and html_root is not None:
+        root = multipart("alternative", [text_part(text, "plain"), html_root], seed)
     elif text is not None:
         root = text_part(text, "plain")
     else:
-        assert html is not None
-        root = text_part(html, "html")
-    if not attachments:
+        assert html_root is not None
+        root = html_root
+    if not files:
         return root
-    return multipart("mixed", [root, *(attachment_part(*a) for a in attachments)], seed)
+    return multipart("mixed", [root, *(attachment_part(*a) for a in files)], seed)
 
 
 def text_part(body: str | bytes, subtype: str) -> bytes:
     """A ``text/<subtype>; charset="utf-8"`` part: headers, blank line, encoded body (text, or its UTF-8)."""
-    data = body if type(body) is bytes else body.encode("utf-8")
+    data = body if isinstance(body, bytes) else body.encode("utf-8")
     lines = data.splitlines()
     if (
         data.isascii()
@@ -103,12 +125,17 @@ def text_part(body: str | bytes, subtype: str) -> bytes:
     return head.encode("ascii") + payload
 
 
-def attachment_part(data: bytes, content_type: str, filename: str) -> bytes:
-    """A base64 ``attachment`` part; ``content_type`` is an already checked ``type/subtype``."""
+def attachment_part(data: bytes, content_type: str, filename: str, content_id: str | None = None) -> bytes:
+    """A base64 part; ``content_type`` an already checked ``type/subtype``. A file is
+    ``Content-Disposition: attachment``; with a checked ``content_id``, an inline part
+    (``Content-ID: <content_id>``, ``Content-Disposition: inline``) that HTML names as
+    ``cid:content_id`` (RFC 2392)."""
     head = (
         f"Content-Type: {content_type}\r\n"
         "Content-Transfer-Encoding: base64\r\n"
-        f"Content-Disposition: attachment;{_filename_parameter(filename)}\r\n\r\n"
+        + (f"Content-ID: <{content_id}>\r\n" if content_id is not None else "")
+        + f"Content-Disposition: {'attachment' if content_id is None else 'inline'};"
+        f"{_filename_parameter(filename)}\r\n\r\n"
     )
     return head.encode("ascii") + _base64_lines(data)
 
@@ -160,8 +187,8 @@ def format_date(now: datetime) -> str:
 
 
 @lru_cache(maxsize=8)  # the daemon's clock moves on: a few recent seconds are enough
-def _format_date_at(tz: timezone, *fields: int) -> str:
-    return format_datetime(datetime(*fields, tzinfo=tz))
+def _format_date_at(tz: timezone, year: int, month: int, day: int, hour: int, minute: int, second: int) -> str:
+    return format_datetime(datetime(year, month, day, hour, minute, second, tzinfo=tz))
 
 
 def _base64_size(size: int) -> int:

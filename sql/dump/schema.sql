@@ -140,7 +140,10 @@ BEGIN
                                   || @.content_type.type() != "string" || @.content_base64.type() != "string"
                                   || @.filename like_regex "[\x01-\x1f\x7f-\x9f\u2028\u2029]"
                                   || exists(@.keyvalue() ? (@.key != "filename" && @.key != "content_type"
-                                                           && @.key != "content_base64")))')
+                                                           && @.key != "content_base64"
+                                                           && @.key != "content_id")))')
+              -- an inline part: its content_id is judged by the function, which walks the entries
+              OR jsonb_path_exists(NEW.attachments, 'lax $[*].content_id ? (@ != null)')
               -- a missing key, which strict mode cannot test for
               OR jsonb_path_exists(NEW.attachments,
                   'lax $[*] ? (!exists(@.filename) || !exists(@.content_type) || !exists(@.content_base64))')))
@@ -497,7 +500,8 @@ DECLARE
     header_name text;
     header_value jsonb;
     entry jsonb;
-    key_count bigint;
+    content_id text;
+    content_ids jsonb;
 BEGIN
     IF email_deliveries_control_character(p_subject) IS NOT NULL THEN
         PERFORM email_deliveries_refuse_field('email_deliveries_subject_no_control_chars', 'subject',
@@ -545,9 +549,11 @@ BEGIN
             END IF;
         END LOOP;
     END IF;
-    -- attachments: an array (schema 8's check ran before) of {filename, content_type, content_base64}.
+    -- attachments: an array (schema 8's check ran before) of {filename, content_type, content_base64}
+    -- and, for an inline part, content_id.
     IF p_attachments <> '[]'::jsonb THEN
         i := 0;
+        content_ids := '{}';
         FOR entry IN SELECT a.value FROM jsonb_array_elements(p_attachments) AS a LOOP
             IF jsonb_typeof(entry) <> 'object' THEN
                 PERFORM email_deliveries_refuse_field('email_deliveries_attachments_entries_object', 'attachments',
@@ -560,13 +566,13 @@ BEGIN
                         FROM unnest(ARRAY['content_base64', 'content_type', 'filename']) AS k
                         WHERE NOT entry ? k));
             END IF;
-            key_count := (SELECT count(*) FROM jsonb_object_keys(entry));
-            IF key_count <> 3 THEN
+            IF EXISTS (SELECT FROM jsonb_object_keys(entry) AS k
+                       WHERE k NOT IN ('filename', 'content_type', 'content_base64', 'content_id')) THEN
                 PERFORM email_deliveries_refuse_field('email_deliveries_attachments_entries_keys', 'attachments',
                     'attachments[' || i || '] has unknown keys: ' || (
                         SELECT string_agg(to_jsonb(k)::text, ', ' ORDER BY k)
                         FROM jsonb_object_keys(entry) AS k
-                        WHERE k NOT IN ('filename', 'content_type', 'content_base64')));
+                        WHERE k NOT IN ('filename', 'content_type', 'content_base64', 'content_id')));
             END IF;
             FOREACH field IN ARRAY ARRAY['content_base64', 'content_type', 'filename'] LOOP
                 IF jsonb_typeof(entry -> field) <> 'string' THEN
@@ -579,6 +585,38 @@ BEGIN
                 PERFORM email_deliveries_refuse_field('email_deliveries_attachments_filename_no_control_chars',
                     'attachments', 'attachments[' || i || '].filename holds '
                     || email_deliveries_describe_control(entry ->> 'filename'));
+            END IF;
+            IF jsonb_typeof(entry -> 'content_id') NOT IN ('string', 'null') THEN
+                PERFORM email_deliveries_refuse_field('email_deliveries_attachments_entries_strings', 'attachments',
+                    'attachments[' || i || '].content_id is a JSON ' || jsonb_typeof(entry -> 'content_id')
+                    || ', not a string');
+            END IF;
+            content_id := entry ->> 'content_id';
+            IF content_id IS NOT NULL THEN
+                IF email_deliveries_control_character(content_id) IS NOT NULL THEN
+                    PERFORM email_deliveries_refuse_field('email_deliveries_attachments_content_id_valid',
+                        'attachments', 'attachments[' || i || '].content_id holds '
+                        || email_deliveries_describe_control(content_id));
+                END IF;
+                IF content_id ~ '[<>]' THEN
+                    PERFORM email_deliveries_refuse_field('email_deliveries_attachments_content_id_valid',
+                        'attachments', 'attachments[' || i || '].content_id ' || to_jsonb(content_id)::text
+                        || ': write the id without angle brackets (logo@example.com becomes '
+                        || 'Content-ID: <logo@example.com>)');
+                END IF;
+                IF char_length(content_id) NOT BETWEEN 1 AND 250
+                   OR content_id !~ '^[A-Za-z0-9!#$%&''*+/=?^_`{|}~.-]+(@[A-Za-z0-9!#$%&''*+/=?^_`{|}~.-]+)?$' THEN
+                    PERFORM email_deliveries_refuse_field('email_deliveries_attachments_content_id_valid',
+                        'attachments', 'attachments[' || i || '].content_id ' || to_jsonb(content_id)::text
+                        || ': 1-250 letters, digits and !#$%&''*+-/=?^_`{|}~. on each side of at most one @ '
+                        || '(RFC 2392: id-left@id-right)');
+                END IF;
+                IF content_ids ? content_id THEN
+                    PERFORM email_deliveries_refuse_field('email_deliveries_attachments_content_id_unique',
+                        'attachments', 'attachments[' || i || '].content_id ' || to_jsonb(content_id)::text
+                        || ' is also attachments[' || (content_ids ->> content_id) || ']''s');
+                END IF;
+                content_ids := content_ids || jsonb_build_object(content_id, i);
             END IF;
             i := i + 1;
         END LOOP;

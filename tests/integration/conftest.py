@@ -12,6 +12,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import anyio
+import asyncpg
 import pytest
 from anyio.abc import TaskStatus
 
@@ -26,6 +27,14 @@ from tests.console_harness import Client, served_console
 from tests.in_process_daemon import Running, settings_for
 from tests.provider_server import ProviderServer
 from tests.smtp_server import free_port
+
+
+@pytest.fixture
+async def own_conn(db_url: str) -> AsyncIterator[asyncpg.Connection]:
+    """To the test's own database, where ``running`` runs the daemon."""
+    c = await asyncpg.connect(db_url)
+    yield c
+    await c.close()
 
 
 async def cli(*args: str) -> int:

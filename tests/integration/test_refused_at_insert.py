@@ -189,14 +189,6 @@ async def conn(matrix_db: str) -> AsyncIterator[asyncpg.Connection]:
     await c.close()
 
 
-@pytest.fixture
-async def own_conn(db_url: str) -> AsyncIterator[asyncpg.Connection]:
-    """To the test's own database, where ``running`` runs the daemon."""
-    c = await asyncpg.connect(db_url)
-    yield c
-    await c.close()
-
-
 # -- refused at INSERT ------------------------------------------------------------------------
 
 

@@ -268,3 +268,15 @@ async def test_stop_closes_listener_and_connections() -> None:
     with pytest.raises(OSError):
         await asyncio.open_connection(sink.host, sink.port)
     assert len(sink.messages) == 1
+
+
+async def test_a_message_its_handler_cannot_store_is_refused_with_451_and_not_kept() -> None:
+    def full_disk(message: ReceivedMessage) -> None:
+        raise OSError(28, "No space left on device")
+
+    async with SmtpSink(on_message=full_disk) as sink:
+        async with client(sink) as smtp:
+            with pytest.raises(aiosmtplib.SMTPDataError) as refused:
+                await smtp.sendmail("a@example.org", ["b@example.org"], MESSAGE)
+        assert refused.value.code == 451 and "No space left on device" in refused.value.message
+        assert sink.messages == []

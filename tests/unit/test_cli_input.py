@@ -105,10 +105,18 @@ def test_a_good_object_keeps_its_values() -> None:
     assert email["scheduled_at"].year == 2099  # type: ignore[union-attr]
 
 
+def test_an_inline_attachments_content_id_is_taken_as_a_string_or_null() -> None:
+    inline = {"filename": "logo.png", "content_type": "image/png", "content_base64": "eA==", "content_id": "logo@x"}
+    email = _read({**GOOD, "attachments": [inline, {**inline, "content_id": None}]})
+    assert email["attachments"] == [inline, {**inline, "content_id": None}]
+
+
 @pytest.mark.parametrize(
     ("override", "field"),
     [
         ({"headers": []}, "headers"),
+        ({"attachments": [{"filename": "a", "content_type": "a/b", "content_base64": "", "content_id": 1}]},
+         "attachments[0].content_id"),
         ({"attachments": {}}, "attachments"),
         ({"metadata": []}, "metadata"),
         ({"priority": 1.5}, "priority"),
