@@ -14,6 +14,7 @@ The package, by responsibility (imports only run downwards, no cycles)::
     email_commands    one email: status, enqueue, cancel, resolve, retry KEY
     queue_commands    many emails: list, retry (KEY or --status), stats, prune
     event_commands    after the send: webhooks, ingest-dsn, suppress, unsuppress, suppressions, events
+    pause_commands    transports: pause, resume
     console_commands  the operator console: console, console-user add|remove|list
     setup_commands    grant, check, demo, sink
     database          with_store(): one Store for one action

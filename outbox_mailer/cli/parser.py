@@ -10,6 +10,7 @@ from .console_commands import register as register_console_commands
 from .email_commands import register as register_email_commands
 from .event_commands import register as register_event_commands
 from .output import EXIT_CODES_HELP
+from .pause_commands import register as register_pause_commands
 from .queue_commands import register as register_queue_commands
 from .service_commands import register as register_service_commands
 from .setup_commands import register as register_setup_commands
@@ -18,9 +19,9 @@ DESCRIPTION = "outbox-mailer: the transactional-email outbox daemon and its oper
 
 # Each group's register(), in the order `outbox-mailer --help` lists the commands:
 # migrate run · status enqueue cancel resolve · list retry stats prune · webhooks ingest-dsn suppress
-# unsuppress suppressions events · console console-user · grant check demo sink.
+# unsuppress suppressions events · pause resume · console console-user · grant check demo sink.
 GROUPS = (register_service_commands, register_email_commands, register_queue_commands, register_event_commands,
-          register_console_commands, register_setup_commands)
+          register_pause_commands, register_console_commands, register_setup_commands)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,6 +1,6 @@
 """What operators change (POST): sign-in and sign-out, retry, cancel and resolve of one email (the CLI's
-own :class:`Store` methods), bulk retry and cancel of a filtered selection, suppressions. Every change
-is a row of email_operator_actions written in its transaction, and a line of the log."""
+own :class:`Store` methods), bulk retry and cancel of a filtered selection, suppressions, transport
+pauses. Every change is a row of email_operator_actions written in its transaction, and a line of the log."""
 
 from __future__ import annotations
 
@@ -35,6 +35,8 @@ from .web import (
 
 log = logging.getLogger("outbox_mailer")
 EXPIRY_DAYS_MAX = 3650
+PAUSE_MINUTES_MAX = 525_600  # a year
+MAX_REASON = 1000  # characters (the table's check)
 
 
 # ---- signing in and out
@@ -202,3 +204,39 @@ async def unsuppress(request: Request, console: Console, session: Session) -> Re
         raise Refused(404, f"{segments[0]} is not suppressed.")
     log.info("console: %s unsuppressed %s", session.user, segments[0])
     return RedirectResponse("/suppressions", status_code=303)
+
+
+# ---- transport pauses
+
+
+def _transport(console: Console, form: Any) -> str:
+    name = form.get("transport")
+    configured = sorted(console.settings.all_transports())
+    if not isinstance(name, str) or name not in configured:
+        raise Refused(404, f"No transport is named {name!r}; the configured ones: {', '.join(configured)}.")
+    return name
+
+
+async def pause_transport(request: Request, console: Console, session: Session) -> Response:
+    form = await checked_form(request, session)
+    transport = _transport(console, form)
+    minutes, reason = form.get("minutes") or "", form.get("reason") or ""
+    if not isinstance(minutes, str) or not isinstance(reason, str) or len(reason) > MAX_REASON:
+        raise Malformed(f"minutes and reason (at most {MAX_REASON} characters)")
+    until = None
+    if minutes:
+        if not minutes.isdigit() or not 1 <= int(minutes) <= PAUSE_MINUTES_MAX:
+            raise Malformed(f"minutes: a whole number from 1 to {PAUSE_MINUTES_MAX}, or empty for until resumed")
+        until = utc_now() + timedelta(minutes=int(minutes))
+    await console.store.console_pause(actor_of(session), transport, reason, until)
+    log.warning("console: %s paused transport %s (%s)", session.user, transport, reason or "no reason given")
+    return RedirectResponse("/", status_code=303)
+
+
+async def resume_transport(request: Request, console: Console, session: Session) -> Response:
+    form = await checked_form(request, session)
+    transport = _transport(console, form)
+    if not await console.store.console_resume(actor_of(session), transport):
+        raise Refused(404, f"Transport {transport} is not paused.")
+    log.warning("console: %s resumed transport %s", session.user, transport)
+    return RedirectResponse("/", status_code=303)

@@ -127,6 +127,8 @@ def build_app(console: Console) -> Any:
         Route("/suppressions", signed_in(pages.suppressions), methods=["GET"]),
         Route("/suppressions", signed_in(actions.suppress), methods=["POST"]),
         Route("/suppressions/{rest:path}", signed_in(actions.unsuppress), methods=["POST"]),
+        Route("/transports/pause", signed_in(actions.pause_transport), methods=["POST"]),
+        Route("/transports/resume", signed_in(actions.resume_transport), methods=["POST"]),
         Route("/healthz", healthz, methods=["GET"]),
         Mount("/static", StaticFiles(packages=[("outbox_mailer.console", "static")]), name="static"),
     ]

@@ -30,6 +30,7 @@ BULK_ACTIONS: dict[str, BulkAction] = {"retry": "retry", "cancel": "cancel"}  # 
 async def overview(request: Request, console: Console, session: Session) -> Response:
     census = await console.census.read()
     live = await console.store.live(console.settings.default_transport)
+    pauses = await console.store.paused_transports()
     table = {(c["status"], c["transport"]): c["n"] for c in census.counts if c["status"] not in LIVE_STATUSES}
     table.update({(c["status"], c["transport"]): c["n"] for c in live["queue"]})  # waiting rows: live
     transports = sorted({transport for _, transport in table})
@@ -38,7 +39,8 @@ async def overview(request: Request, console: Console, session: Session) -> Resp
     sent = rates["sent"] or 0
     return console.page(
         request, "overview.html", session, statuses=STATUSES, transports=transports, table=table, totals=totals,
-        oldest=live["oldest_due_seconds"], held=live["held"], refresh=10, census_at=census.taken_at,
+        oldest=live["oldest_due_seconds"], held=live["held"], pauses=pauses,
+        configured=sorted(console.settings.all_transports()), refresh=10, census_at=census.taken_at,
         minutes=bar_chart(census.minutes, bucket_seconds=60, buckets=60),
         hours=bar_chart(census.hours, bucket_seconds=3600, buckets=7 * 24),
         rates={name: (rates[name], (rates[name] / sent) if sent else None)

@@ -71,8 +71,8 @@ class Claimer:
         return self._executor.ctx
 
     def paused(self) -> list[str]:
-        """Transports whose rows nothing can carry now: paused by the breaker, and so is every open
-        fallback they have (failover.py)."""
+        """Transports whose rows nothing can carry now: paused (by the breaker or an operator), and so is
+        every open fallback they have (failover.py)."""
         return self.ctx.routes.paused(monotonic())
 
     def _pauses_left(self) -> list[float]:

@@ -12,7 +12,8 @@ moves on only when its transport **provably did not take the message**:
 Such an attempt is recorded (a 429 is charged as an attempt, the others are not), and when the
 claim would now route the row elsewhere it is due again at once, as is a row its lane held back
 because its transport paused meanwhile. The claim routes (:meth:`Routes.route`): while a
-transport is paused by its circuit breaker, or held off by a 429 for longer than
+transport is paused (by its circuit breaker, or by an operator: ``outbox-mailer pause``, which
+fails over too, since it is meant to stop mail through that transport), or held off by a 429 for longer than
 ``FAILOVER_AFTER_SECONDS``, its rows go to the first open transport of its chain, through that
 transport's own lane, rate limit and send timeout; once it reopens, rows use it again. While every
 transport of a chain is paused its rows are not claimed.

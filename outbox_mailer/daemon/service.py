@@ -14,6 +14,8 @@ A row's path, and who owns each step::
 A transport whose server cannot be reached is paused by its circuit breaker
 (gate.py): its rows are not claimed until the pause ends, and the attempts
 that failed to reach it are refunded and rescheduled for after the pause.
+An operator's pause (``outbox-mailer pause``) holds its rows the same way;
+pauses.py reads it, and publishes the breakers' pauses, about once a second.
 
 Stopping (SIGTERM/SIGINT or :meth:`Daemon.stop`): the claim loop stops, in-flight
 sends get ``shutdown_grace_seconds`` to finish, rows still queued at a lane go
@@ -54,6 +56,7 @@ from .gate import TransportGate
 from .inflight import InFlight
 from .lanes import Lane
 from .liveness import Liveness
+from .pauses import PauseWatch
 from .quotas import Ledger, SharedLimit
 from .recorder import Recorder
 from .rescuer import Rescuer
@@ -115,6 +118,7 @@ class Daemon:
                                      clock=clock, rng=rng)
         self.executor = Executor(self.context)
         self.rescuer = Rescuer(self.context, self._db, observer)
+        self.pause_watch = PauseWatch(self.gates, self._db, self.worker)
         self.claimer = Claimer(settings, self._db, self.inflight, self.executor, self.gates, self.lanes,
                                self.liveness, self._stopping, observer)
 
@@ -150,6 +154,7 @@ class Daemon:
             await self._db.claim_session()
             await self.rescuer.register()
             await self._db.ensure_listening()
+            await self.pause_watch.turn()  # no row is claimed for a transport an operator paused
             log.info("started worker=%s concurrency=%d batch=%d", self.worker, self.settings.concurrency,
                      self.settings.batch_size)
             if (guard := self.context.preparation.guard) is not None:
@@ -162,6 +167,7 @@ class Daemon:
                 outer.start_soon(self.rescuer.run)
                 outer.start_soon(prune_periodically, self._url, self.settings.prune, self._session_limits)
                 outer.start_soon(self._db.keep_alive)
+                outer.start_soon(self.pause_watch.run, self._stopping)
                 async with anyio.create_task_group() as core:
                     core.start_soon(self.recorder.run)
                     async with anyio.create_task_group() as sends:

@@ -6,7 +6,8 @@
   them unguarded (a key someone else took meanwhile is logged; its outcome
   write will then find the claim gone, which is logged and counted too);
 * the LISTEN session, reopened on the next claim after it was lost (the
-  poll interval covers the gap);
+  poll interval covers the gap); transport pauses are read and published on
+  it too (pauses.py), one statement at a time with its heartbeat;
 * both pinged while idle (:meth:`DaemonSessions.keep_alive`), so that one
   which went silent, its TCP connection open but nothing answering, is
   noticed within a bounded time and replaced (docs/production-postgres.md).
@@ -23,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable, Sequence
+from datetime import datetime
 
 import anyio
 
@@ -30,6 +32,7 @@ from ..delivery import Delivery
 from ..errors import DatabaseBusy, DatabaseError, DatabaseUnavailable
 from ..store import AttemptRecord, ClaimSession, Listener, Recipients, SessionLimits
 from ..store.connection import settled
+from ..store.pauses import PauseState
 
 log = logging.getLogger("outbox_mailer")
 
@@ -58,6 +61,7 @@ class DaemonSessions:
         self._listener: Listener | None = None
         self._lock = anyio.Lock()
         self._listen_lock = anyio.Lock()
+        self._listener_busy = anyio.Lock()  # one statement at a time on the LISTEN session
         self._opened_before = False
         self._idle = False  # the claim loop waits for work (see ClaimSession's lock rule)
         self.reconnects = 0
@@ -131,7 +135,8 @@ class DaemonSessions:
             listener = self._listener
             if listener is not None and not listener.is_closed():
                 try:
-                    await settled(listener.ping(beat))
+                    async with self._listener_busy:
+                        await settled(listener.ping(beat))
                 except DatabaseError as exc:
                     log.warning("LISTEN session lost (%s); reopening", exc)
                     listener.abort()
@@ -216,6 +221,23 @@ class DaemonSessions:
                 return
         if lost:  # what was notified while nobody listened is found by a claim now, not at the next poll
             self._on_notify()
+
+    async def pauses(self, transports: Sequence[str]) -> list[PauseState]:
+        """Each transport's operator pause and latest resume, read on the LISTEN session (pauses.py)."""
+        listener = self._listening()
+        async with self._listener_busy:
+            return await listener.pauses(transports)
+
+    async def publish_breaker_pause(self, transport: str, paused_by: str, reason: str, seconds: float) -> datetime:
+        """Publish a circuit breaker's pause on the LISTEN session; the database's time of it."""
+        listener = self._listening()
+        async with self._listener_busy:
+            return await listener.publish_breaker_pause(transport, paused_by, reason, seconds)
+
+    def _listening(self) -> Listener:
+        if self._listener is None or self._listener.is_closed():
+            raise DatabaseUnavailable("no LISTEN session (it is reopened by the heartbeat)")
+        return self._listener
 
     async def close(self) -> None:
         """Close both sessions; closing the claim session releases every advisory lock it holds."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Sequence
+from datetime import datetime
 from typing import Any
 
 import asyncpg
@@ -166,6 +167,25 @@ class Store:
         if name == "retry" and row["scrubbed"]:
             raise ContentRemoved(key, row["status"])
         raise InvalidTransition(key, row["status"], name)
+
+    # ---- transport pauses (schema 24: the rules are its functions; each call is an operator action)
+
+    async def pause_transport(self, transport: str, actor: str, reason: str,
+                              until: datetime | None) -> dict[str, Any]:
+        """Pause ``transport`` until ``until`` (None: until resumed), replacing its operator pause."""
+        async with self._conn() as conn:
+            return dict(one(await conn.fetchrow(sql("pause_transport"), transport, actor, reason, until)))
+
+    async def resume_transport(self, transport: str, actor: str) -> list[str]:
+        """Lift every pause of ``transport`` (operator's, breaker's); the sources lifted (none: it was not paused)."""
+        async with self._conn() as conn:
+            lifted: list[str] = await conn.fetchval(sql("resume_transport"), transport, actor)
+        return lifted
+
+    async def paused_transports(self) -> list[dict[str, Any]]:
+        """The pauses in force, by transport, the operator's before the breaker's."""
+        async with self._conn() as conn:
+            return [dict(r) for r in await conn.fetch(sql("paused_transports"))]
 
     async def list_by_status(self, statuses: Sequence[str], since_seconds: float, limit: int) -> list[dict[str, Any]]:
         async with self._conn() as conn:

@@ -1,8 +1,8 @@
 """What the operator console reads and changes: users, sessions, the filtered email list, one email, the
 overview, actions. Its database role changes no row directly: every action (retry, cancel, resolve of
-one email or of a bulk selection, suppress, unsuppress) is a call of a function of schema 22 that
-applies the CLI's rules, takes the actor from the operator's session row (:class:`Actor`) and records
-the action in email_operator_actions.
+one email or of a bulk selection, suppress, unsuppress, pause and resume of a transport) is a call of a
+function of the schema (22, 24) that applies the CLI's rules, takes the actor from the operator's session
+row (:class:`Actor`) and records the action in email_operator_actions.
 
 The email list's statements are named blocks of console_queries.sql with one parameter layout (a
 filter that is absent is null); every value the console got from a URL or a form is a parameter, and
@@ -222,17 +222,25 @@ class ConsoleStore(EventStore):
             await self.refusal(key, action)
 
     async def console_suppress(self, actor: Actor, address: str, reason: str, expires_at: datetime | None) -> None:
-        async with self._conn() as conn, conn.transaction():
-            session = await _session_of(conn, actor)
-            await conn.execute(sql("console_suppress"), session, address, reason, expires_at)
-            await _end_proxied(conn, actor, session)
+        await self._as_operator(actor, "console_suppress", address, reason, expires_at)
 
     async def console_unsuppress(self, actor: Actor, address: str) -> bool:
+        return bool(await self._as_operator(actor, "console_unsuppress", address))
+
+    async def console_pause(self, actor: Actor, transport: str, reason: str, until: datetime | None) -> None:
+        await self._as_operator(actor, "console_pause", transport, reason, until)
+
+    async def console_resume(self, actor: Actor, transport: str) -> bool:
+        """Lift every pause of ``transport``; whether one was in force."""
+        return bool(await self._as_operator(actor, "console_resume", transport))
+
+    async def _as_operator(self, actor: Actor, query: str, *args: Any) -> Any:
+        """Run the action ``query`` (its $1: the actor's session row) in one transaction; its value."""
         async with self._conn() as conn, conn.transaction():
             session = await _session_of(conn, actor)
-            found = bool(await conn.fetchval(sql("console_unsuppress"), session, address))
+            value = await conn.fetchval(sql(query), session, *args)
             await _end_proxied(conn, actor, session)
-        return found
+        return value
 
     # ---- one email
 

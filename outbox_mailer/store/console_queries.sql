@@ -256,3 +256,11 @@ FROM email_delivery_events WHERE received_at >= now() - make_interval(secs => $1
 -- Suppressions whose address contains $1 (a LIKE pattern; '%' for all), newest first, at most $2.
 SELECT address, reason, source, delivery_id, created_at, expires_at FROM email_suppressions
 WHERE address LIKE $1 ORDER BY created_at DESC, address LIMIT $2;
+
+-- name: console_pause
+-- Pause transport $2 for reason $3 until $4 (null: until resumed), as the operator of session $1.
+SELECT email_console_pause($1, $2, $3, $4);
+
+-- name: console_resume
+-- Lift every pause of transport $2 as the operator of session $1; whether one was in force.
+SELECT email_console_resume($1, $2);

@@ -691,3 +691,39 @@ LEFT JOIN email_transport_usage u
                                                                    + u.slot_seconds)
 GROUP BY l.transport, l.rate_share, l.share_at, l.throttles, l.throttled_at
 ORDER BY l.transport;
+
+-- name: transport_pauses
+-- For each transport of $1 (a daemon's, about once a second): its operator pause in force (null columns: none; paused_until null: until resumed; seconds_left its remaining seconds) and when it was last resumed (null: never).
+SELECT t.name AS transport, p.paused_by, p.reason, p.paused_until,
+       extract(epoch FROM p.paused_until - now())::float8 AS seconds_left,
+       (SELECT max(a.at) FROM email_operator_actions a
+        WHERE a.transport = t.name AND a.action = 'resume') AS resumed_at
+FROM unnest($1::text[]) AS t(name)
+LEFT JOIN email_transport_pauses p
+       ON p.transport = t.name AND p.source = 'operator' AND (p.paused_until IS NULL OR p.paused_until > now());
+
+-- name: publish_breaker_pause
+-- A daemon's circuit breaker paused transport $1 for $4 seconds (paused_by $2, reason $3): published unless a longer breaker pause is; returns the database's time of it (a later resume lifts it).
+WITH published AS (
+    INSERT INTO email_transport_pauses AS p (transport, source, paused_by, reason, paused_until)
+    VALUES ($1, 'breaker', $2, left($3, 1000), now() + make_interval(secs => $4))
+    ON CONFLICT ON CONSTRAINT email_transport_pauses_pkey DO UPDATE
+        SET paused_by = EXCLUDED.paused_by, reason = EXCLUDED.reason, paused_at = now(),
+            paused_until = EXCLUDED.paused_until
+        WHERE p.paused_until < EXCLUDED.paused_until
+    RETURNING 1
+)
+SELECT now() AS at;
+
+-- name: pause_transport
+-- Pause transport $1 as actor $2 for reason $3 until $4 (null: until resumed), recorded as an operator action; returns the pause.
+SELECT * FROM email_transport_pause($1, $2, $3, $4);
+
+-- name: resume_transport
+-- Lift every pause of transport $1 as actor $2, recorded as an operator action when one was in force; returns the sources lifted.
+SELECT email_transport_resume($1, $2);
+
+-- name: paused_transports
+-- The pauses in force, by transport and source (operator first): `outbox-mailer pause` with no transport, the console's overview.
+SELECT transport, source, paused_by, reason, paused_at, paused_until FROM email_transport_pauses
+WHERE paused_until IS NULL OR paused_until > now() ORDER BY transport, source DESC;

@@ -81,6 +81,34 @@ $$;
 
 
 --
+-- Name: email_console_pause(bytea, text, text, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.email_console_pause(session bytea, transport text, reason text, paused_until timestamp with time zone) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO '$user', 'public'
+    AS $$
+BEGIN
+    PERFORM email_transport_pause(transport, email_console_operator(session), reason, paused_until);
+END;
+$$;
+
+
+--
+-- Name: email_console_resume(bytea, text); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.email_console_resume(session bytea, transport text) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO '$user', 'public'
+    AS $$
+BEGIN
+    RETURN cardinality(email_transport_resume(transport, email_console_operator(session))) > 0;
+END;
+$$;
+
+
+--
 -- Name: email_console_suppress(bytea, text, text, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -859,6 +887,68 @@ END $$;
 
 
 --
+-- Name: email_transport_pauses; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.email_transport_pauses (
+    transport text NOT NULL,
+    source text NOT NULL,
+    paused_by text NOT NULL,
+    reason text DEFAULT ''::text NOT NULL,
+    paused_at timestamp with time zone DEFAULT now() NOT NULL,
+    paused_until timestamp with time zone,
+    CONSTRAINT email_transport_pauses_breaker_ends CHECK (((source = 'operator'::text) OR (paused_until IS NOT NULL))),
+    CONSTRAINT email_transport_pauses_source_valid CHECK ((source = ANY (ARRAY['operator'::text, 'breaker'::text]))),
+    CONSTRAINT email_transport_pauses_text_valid CHECK ((((char_length(transport) >= 1) AND (char_length(transport) <= 255)) AND (char_length(reason) <= 1000)))
+);
+
+
+--
+-- Name: email_transport_pause(text, text, text, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.email_transport_pause(transport text, actor text, reason text, paused_until timestamp with time zone) RETURNS SETOF public.email_transport_pauses
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    INSERT INTO email_operator_actions (actor, action, transport, detail)
+    VALUES (actor, 'pause', transport, jsonb_build_object('reason', reason, 'until', paused_until));
+    RETURN QUERY
+    INSERT INTO email_transport_pauses AS p (transport, source, paused_by, reason, paused_until)
+    VALUES (transport, 'operator', actor, reason, paused_until)
+    ON CONFLICT ON CONSTRAINT email_transport_pauses_pkey DO UPDATE
+        SET paused_by = EXCLUDED.paused_by, reason = EXCLUDED.reason, paused_at = now(),
+            paused_until = EXCLUDED.paused_until
+    RETURNING p.*;
+END;
+$$;
+
+
+--
+-- Name: email_transport_resume(text, text); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.email_transport_resume(transport text, actor text) RETURNS text[]
+    LANGUAGE plpgsql
+    AS $$
+    -- the sources of the pauses lifted (operator, breaker); none: nothing was paused, nothing recorded
+DECLARE
+    lifted text[];
+BEGIN
+    WITH gone AS (DELETE FROM email_transport_pauses p WHERE p.transport = email_transport_resume.transport
+                  AND (p.paused_until IS NULL OR p.paused_until > now()) RETURNING p.source)
+    SELECT coalesce(array_agg(source ORDER BY source DESC), '{}') INTO lifted FROM gone;
+    DELETE FROM email_transport_pauses p WHERE p.transport = email_transport_resume.transport;  -- ended ones
+    IF cardinality(lifted) > 0 THEN
+        INSERT INTO email_operator_actions (actor, action, transport, detail)
+        VALUES (actor, 'resume', transport, jsonb_build_object('lifted', lifted));
+    END IF;
+    RETURN lifted;
+END;
+$$;
+
+
+--
 -- Name: outbox_mailer_lock_key(text); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -1111,8 +1201,9 @@ CREATE TABLE public.email_operator_actions (
     address text,
     at timestamp with time zone DEFAULT now() NOT NULL,
     detail jsonb DEFAULT '{}'::jsonb NOT NULL,
-    CONSTRAINT email_operator_actions_action_valid CHECK ((action = ANY (ARRAY['retry'::text, 'cancel'::text, 'resolve'::text, 'suppress'::text, 'unsuppress'::text]))),
-    CONSTRAINT email_operator_actions_names_one CHECK (((dedupe_key IS NULL) <> (address IS NULL)))
+    transport text,
+    CONSTRAINT email_operator_actions_action_valid CHECK ((action = ANY (ARRAY['retry'::text, 'cancel'::text, 'resolve'::text, 'suppress'::text, 'unsuppress'::text, 'pause'::text, 'resume'::text]))),
+    CONSTRAINT email_operator_actions_names_one CHECK ((num_nonnulls(dedupe_key, address, transport) = 1))
 );
 
 
@@ -1320,6 +1411,14 @@ ALTER TABLE ONLY public.email_transport_limits
 
 
 --
+-- Name: email_transport_pauses email_transport_pauses_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.email_transport_pauses
+    ADD CONSTRAINT email_transport_pauses_pkey PRIMARY KEY (transport, source);
+
+
+--
 -- Name: email_transport_usage email_transport_usage_pkey; Type: CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -1439,6 +1538,13 @@ CREATE INDEX email_operator_actions_at_idx ON public.email_operator_actions USIN
 --
 
 CREATE INDEX email_operator_actions_key_idx ON public.email_operator_actions USING btree (dedupe_key, at) WHERE (dedupe_key IS NOT NULL);
+
+
+--
+-- Name: email_operator_actions_transport_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX email_operator_actions_transport_idx ON public.email_operator_actions USING btree (transport, at) WHERE (transport IS NOT NULL);
 
 
 --

@@ -25,3 +25,7 @@ GRANT UPDATE (seen_at) ON email_console_sessions TO :"console_role";
 GRANT EXECUTE ON FUNCTION email_console_act(bytea, text, text[], text, integer, jsonb),
     email_console_suppress(bytea, text, text, timestamptz), email_console_unsuppress(bytea, text)
     TO :"console_role";
+-- Transport pauses (schema 24): read on the overview; pause and resume through functions like the others.
+GRANT SELECT ON email_transport_pauses TO :"console_role";
+GRANT EXECUTE ON FUNCTION email_console_pause(bytea, text, text, timestamptz), email_console_resume(bytea, text)
+    TO :"console_role";

@@ -37,3 +37,8 @@ GRANT SELECT, DELETE ON email_console_sessions TO :"daemon_role";
 GRANT EXECUTE ON FUNCTION email_delivery_retry(text[], integer, integer), email_delivery_cancel(text[]),
     email_delivery_resolve(text, text), email_suppress(text, text, text, timestamptz) TO :"daemon_role";
 GRANT SELECT, INSERT ON email_operator_actions TO :"daemon_role";
+-- Transport pauses (schema 24): every daemon reads them and publishes its circuit breaker's; `pause`
+-- and `resume` follow the rules of their functions and record the action.
+GRANT SELECT, INSERT, UPDATE, DELETE ON email_transport_pauses TO :"daemon_role";
+GRANT EXECUTE ON FUNCTION email_transport_pause(text, text, text, timestamptz), email_transport_resume(text, text)
+    TO :"daemon_role";

@@ -98,8 +98,26 @@ async def test_the_console_functions_are_security_definer_with_a_fixed_search_pa
         "SELECT proname, prosecdef, proconfig, has_function_privilege('public', oid, 'EXECUTE') AS public "
         "FROM pg_proc WHERE proname LIKE 'email\\_console\\_%' ORDER BY proname")
     assert [r["proname"] for r in rows] == ["email_console_act", "email_console_operator",
-                                            "email_console_password_hash", "email_console_suppress",
+                                            "email_console_password_hash", "email_console_pause",
+                                            "email_console_resume", "email_console_suppress",
                                             "email_console_unsuppress"]
     for r in rows:
         assert r["prosecdef"] and any(c.startswith("search_path=") for c in r["proconfig"]), r["proname"]
         assert not r["public"], r["proname"]
+
+
+async def test_the_console_role_pauses_a_transport_only_through_its_function_as_an_operator(  # type: ignore[no-untyped-def]
+        console_conn, store: SqlStore) -> None:
+    conn, olga, victor = console_conn
+    with pytest.raises(asyncpg.InsufficientPrivilegeError):
+        await conn.execute("INSERT INTO email_transport_pauses (transport, source, paused_by) "
+                           "VALUES ('smtp', 'operator', 'olga')")
+    with pytest.raises(asyncpg.InsufficientPrivilegeError):
+        await conn.execute("SELECT email_console_pause($1, 'smtp', 'x', NULL)", victor)
+    await conn.execute("SELECT email_console_pause($1, 'smtp', 'relay maintenance', NULL)", olga)
+    assert [(r["transport"], r["paused_by"]) for r in await conn.fetch("SELECT * FROM email_transport_pauses")] == [
+        ("smtp", "olga")]
+    assert await conn.fetchval("SELECT email_console_resume($1, 'smtp')", olga) is True
+    assert [(r["actor"], r["action"], r["transport"]) for r in await store.fetch(
+        "SELECT actor, action, transport FROM email_operator_actions ORDER BY id")] == [
+        ("olga", "pause", "smtp"), ("olga", "resume", "smtp")]
