@@ -81,7 +81,7 @@ def register(sub: Any) -> None:
     p = sub.add_parser("pause", help="stop every daemon sending through a transport (rows wait, or fail over)")
     p.add_argument("transport", metavar="TRANSPORT")
     p.add_argument("--for", dest="seconds", type=duration, metavar="DURATION",
-                   help="lift it after 90s, 15m, 1h, 7d... (default: until `resume`)")
+                   help="lift it after 90s, 15m, 1h, 7d... (default: until resume)")
     p.add_argument("--reason", default="", help="why, shown in the console and the log")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_pause)

@@ -37,7 +37,7 @@ from ..message.addresses import (
     parse_address,
     parse_address_list,
 )
-from ..message.compose import _checked_content_type, _checked_filename
+from ..message.attachments import checked_content_id, checked_content_type, checked_filename
 from ..message.header_fields import checked_custom_headers
 
 __all__ = ["Attachment", "Email", "InvalidEmail", "dedupe_key_problem"]
@@ -70,6 +70,7 @@ class Attachment:
     filename: str
     content: bytes
     content_type: str = "application/octet-stream"
+    content_id: str | None = None  # shown inline: the HTML refers to it as cid:<content_id> (no angle brackets)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -227,9 +228,13 @@ def _attachment(value: object, name: str) -> dict[str, str]:
         raise InvalidEmail(f"{name}.content", f"expected bytes, got {type(content).__name__}")
     filename = checked_type(attachment.filename, str, f"{name}.filename", "a string")
     content_type = checked_type(attachment.content_type, str, f"{name}.content_type", "a string")
-    _checked_content_type(content_type, f"{name}.content_type")
-    return {"filename": _checked_filename(filename, f"{name}.filename"), "content_type": content_type,
-            "content_base64": base64.b64encode(content).decode("ascii")}
+    checked_content_type(content_type, f"{name}.content_type")
+    entry = {"filename": checked_filename(filename, f"{name}.filename"), "content_type": content_type,
+             "content_base64": base64.b64encode(content).decode("ascii")}
+    content_id = checked_content_id(attachment.content_id, f"{name}.content_id")
+    if content_id is not None:
+        entry["content_id"] = content_id
+    return entry
 
 
 def _transport(value: object) -> str | None:

@@ -155,12 +155,8 @@ def _mime_part(part: MIMEBase, field: str) -> Attachment:
         raise InvalidEmail(f"{field}.filename", "a part without Content-ID needs a filename (Content-Disposition)")
     if content_id is None:
         return Attachment(filename=filename, content=data, content_type=part.get_content_type())
-    inline: dict[str, Any] = {"content_id": content_id.strip().strip("<>")}
-    try:
-        return Attachment(filename=filename, content=data, content_type=part.get_content_type(), **inline)
-    except TypeError as exc:  # an outbox_mailer.client whose Attachment has no content_id yet
-        raise InvalidEmail(field, f"an inline part (Content-ID {content_id}) needs Attachment.content_id, "
-                                  "which this version of outbox_mailer.client does not have") from exc
+    return Attachment(filename=filename, content=data, content_type=part.get_content_type(),
+                      content_id=content_id.strip().strip("<>"))
 
 
 def _header_fields(message: EmailMessage) -> dict[str, Any]:

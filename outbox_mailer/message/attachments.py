@@ -88,17 +88,17 @@ def _checked_attachment(item: object, field: str) -> Attachment:
     for key in sorted(_ATTACHMENT_KEYS):
         if not isinstance(item[key], str):
             raise CompositionError(f"{field}.{key}", f"expected a string, got {type(item[key]).__name__}")
-    maintype, subtype = _checked_content_type(item["content_type"], f"{field}.content_type")
+    maintype, subtype = checked_content_type(item["content_type"], f"{field}.content_type")
     return Attachment(
-        filename=_checked_filename(item["filename"], f"{field}.filename"),
+        filename=checked_filename(item["filename"], f"{field}.filename"),
         maintype=maintype,
         subtype=subtype,
         data=_decoded_base64(item["content_base64"], f"{field}.content_base64"),
-        content_id=_checked_content_id(item.get("content_id"), f"{field}.content_id"),
+        content_id=checked_content_id(item.get("content_id"), f"{field}.content_id"),
     )
 
 
-def _checked_content_id(content_id: object, field: str) -> str | None:
+def checked_content_id(content_id: object, field: str) -> str | None:
     if content_id is None:
         return None
     if not isinstance(content_id, str):
@@ -117,7 +117,7 @@ def _checked_content_id(content_id: object, field: str) -> str | None:
     return content_id
 
 
-def _checked_filename(filename: str, field: str) -> str:
+def checked_filename(filename: str, field: str) -> str:
     if not filename or len(filename) > _MAX_FILENAME_CHARS:
         raise CompositionError(field, f"must be 1-{_MAX_FILENAME_CHARS} characters")
     bad = find_control_character(filename)
@@ -128,7 +128,7 @@ def _checked_filename(filename: str, field: str) -> str:
     return filename
 
 
-def _checked_content_type(content_type: str, field: str) -> tuple[str, str]:
+def checked_content_type(content_type: str, field: str) -> tuple[str, str]:
     match = _CONTENT_TYPE.fullmatch(content_type)
     if match is None:
         raise CompositionError(field, f"{content_type!r} is not a type/subtype media type")

@@ -130,3 +130,11 @@ def test_a_special_use_domain_is_left_to_the_daemon_and_an_invalid_one_refused()
     assert email(to=["ops@build.local"]).to == ("ops@build.local",)
     with pytest.raises(InvalidEmail, match=r"to\[0\]"):
         email(to=["ops@build.invalid"])
+
+
+def test_an_inline_attachment_carries_its_content_id_and_a_bad_one_is_refused_by_name() -> None:
+    logo = Attachment("logo.png", b"\x89PNG", "image/png", content_id="logo@shop")
+    e = email(html='<img src="cid:logo@shop">', attachments=[logo])
+    assert e.attachments[0].content_id == "logo@shop"
+    with pytest.raises(InvalidEmail, match=r"attachments\[0\]\.content_id"):
+        email(attachments=[Attachment("logo.png", b"x", "image/png", content_id="<logo@shop>")])

@@ -3,7 +3,6 @@ carried is refused, never dropped (outbox_mailer.django.conversion)."""
 
 from __future__ import annotations
 
-import dataclasses
 import subprocess
 import sys
 from datetime import UTC, datetime
@@ -12,7 +11,7 @@ from email.mime.image import MIMEImage
 
 import pytest
 
-from outbox_mailer.client import Attachment, InvalidEmail
+from outbox_mailer.client import InvalidEmail
 from tests.django_project import DEFAULT_FROM_EMAIL, configure
 from tests.unit.test_client_imports import DAEMON_AND_DRIVERS
 
@@ -25,7 +24,6 @@ from django.test import override_settings  # noqa: E402
 from outbox_mailer.django import EmailBackend, email_from_message  # noqa: E402
 
 PNG = b"\x89PNG\r\n\x1a\n\x00\x00 not really"
-HAS_CONTENT_ID = "content_id" in {f.name for f in dataclasses.fields(Attachment)}
 
 
 def message(**kwargs: object) -> EmailMultiAlternatives:
@@ -176,7 +174,6 @@ def test_text_that_the_message_s_encoding_cannot_hold_is_refused_by_name() -> No
     assert refused.value.field == "alternatives[0]"
 
 
-@pytest.mark.xfail(not HAS_CONTENT_ID, strict=True, reason="content_id arrives with the inline-attachments change")
 def test_an_inline_part_with_a_content_id_becomes_an_inline_attachment() -> None:
     image = MIMEImage(PNG, "png")
     image.add_header("Content-ID", "<logo>")
@@ -185,16 +182,7 @@ def test_an_inline_part_with_a_content_id_becomes_an_inline_attachment() -> None
     m.attach(image)
     [attachment] = email_from_message(m).attachments
     assert (attachment.filename, attachment.content, attachment.content_type) == ("logo", PNG, "image/png")
-    assert attachment.content_id == "logo"  # type: ignore[attr-defined]  # the field the inline change adds
-
-
-@pytest.mark.skipif(HAS_CONTENT_ID, reason="the client's Attachment carries content_id")
-def test_an_inline_part_is_refused_while_the_client_cannot_carry_it() -> None:
-    image = MIMEImage(PNG, "png")
-    image.add_header("Content-ID", "<logo>")
-    with pytest.raises(InvalidEmail, match="content_id") as refused:
-        email_from_message(message(attachments=[image]))
-    assert refused.value.field == "attachments[0]"
+    assert attachment.content_id == "logo"
 
 
 def test_a_message_without_recipients_is_skipped_and_not_counted() -> None:
