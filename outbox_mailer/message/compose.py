@@ -106,9 +106,10 @@ def compose(
     custom = checked_custom_headers(delivery.headers)
     text_body, html_body = delivery.text_body, delivery.html_body
     text_data, html_data = _checked_bodies(text_body, html_body)
-    generated = text_body is None and text_alternative and len(html_data or b"") <= MAX_HTML_BYTES
-    if generated:
-        text_body = text_from_html(html_body)  # type: ignore[arg-type]  # a str: checked just above
+    generated = False
+    if text_body is None and html_body is not None and text_alternative and len(html_data or b"") <= MAX_HTML_BYTES:
+        generated = True
+        text_body = text_from_html(html_body)
         text_data = None if text_body is None else text_body.encode("utf-8")
     attachments = checked_attachments(delivery.attachments, max_message_bytes)
 

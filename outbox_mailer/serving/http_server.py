@@ -188,8 +188,7 @@ class _GuardedH11Protocol(H11Protocol):
     _deadline: asyncio.TimerHandle | None = None
     _client_key: object = None
 
-    # ignored override: uvicorn's H11Protocol narrows asyncio.Protocol's BaseTransport to Transport (as it says itself)
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # as uvicorn's own
         full = len(self.connections) >= MAX_CONNECTIONS
         super().connection_made(transport)
         self._client_key = _client_key(self.client, self.exempt_networks)
