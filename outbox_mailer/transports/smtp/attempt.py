@@ -24,10 +24,9 @@ a transaction was accepted (DATA answered 250): MAIL, their RCPTs and DATA
 again, the same bytes, as long as each follow-up makes progress (at least one
 recipient accepted and the body accepted). Only 452: another 4xx means "try
 later" and stays refused. The attempt is then sent, with the first accepted
-transaction's queue id, and ``refused`` holds every recipient the message did
-not reach (see :func:`.replies.follow_up`): its refusal reply, or code
-None when a follow-up broke before its body went out, or ``unknown`` when a
-follow-up lost its connection after the body.
+transaction's queue id, and ``refused`` holds every recipient the message did not reach
+(:func:`.replies.follow_up`): its refusal reply, or code None when a follow-up broke before its
+body went out, or ``unknown`` when a follow-up lost its connection after the body.
 """
 
 from __future__ import annotations
