@@ -80,6 +80,9 @@ class Delivery:
     # the row's to, cc and bcc addresses as stored (screening may leave some out of the fields above):
     # a recipient's bounce tag names its position here (bounce_tags.py); () when not read from a row
     listed: tuple[str, ...] = ()
+    # the W3C traceparent the application enqueued it under (docs/tracing.md); None: not traced. As stored:
+    # a value written past the INSERT's check is ignored by the tracing, never a reason to fail the row
+    traceparent: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

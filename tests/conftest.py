@@ -42,6 +42,7 @@ pytest_plugins = [
     "tests.provider_server",  # provider_server
     "tests.in_process_daemon",  # store, start, running
     "tests.e2e.chaos",  # fleet, figures
+    "tests.otel_spans",  # spans
 ]
 
 

@@ -13,6 +13,8 @@
 * :func:`enqueue` / :func:`enqueue_many` write through the connection or session they are given, inside its
   transaction, as one statement: True for an email that made a new row, False for one whose dedupe key
   existed (in the table, or earlier in the same call). They never commit.
+* An email without a ``traceparent`` is enqueued under the application's current OpenTelemetry span, when it
+  has imported OpenTelemetry and is in a span (docs/tracing.md); the client never imports it.
 * :func:`status` reads one email's :class:`EmailStatus` (None for an unknown key).
 * ``enqueue_async``, ``enqueue_many_async`` and ``status_async`` do the same on asyncpg, psycopg's
   ``AsyncConnection`` and SQLAlchemy's ``AsyncConnection`` or ``AsyncSession``.
@@ -26,6 +28,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from ..tracing.traceparent import current_traceparent
 from .drivers import fetch_async, fetch_sync
 from .emails import Attachment, Email, InvalidEmail, dedupe_key_problem
 from .statements import ENQUEUE, STATUS, EmailStatus
@@ -73,10 +76,12 @@ def _payload(emails: Sequence[Email]) -> str:
     if isinstance(emails, Email):
         raise TypeError("enqueue_many takes a list of emails: use enqueue for one")
     rows = []
+    traceparent = current_traceparent()
     for index, email in enumerate(emails):
         if not isinstance(email, Email):
             raise TypeError(f"emails[{index}] is a {type(email).__name__}, not an outbox_mailer.client.Email")
-        rows.append(email.row)
+        given = traceparent is None or email.traceparent is not None  # an explicit one wins
+        rows.append(email.row if given else {**email.row, "traceparent": traceparent})
     return json.dumps(rows, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
 

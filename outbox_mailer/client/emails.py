@@ -15,7 +15,9 @@ applies when it composes the message:
 * times: ``datetime`` with a time zone, from 1900 to before 9999 (the table's range);
 * priority a smallint, ``max_attempts`` a positive int4;
 * metadata: a dict of JSON values, nested at most 32 levels, numbers finite and within +/-1e300 (the table's
-  checks on its JSON columns).
+  checks on its JSON columns);
+* traceparent: a W3C traceparent, as the INSERT checks it (``tracing/traceparent.py``); None: enqueue takes the
+  current OpenTelemetry span's, when the application has one (docs/tracing.md).
 
 The row is taken when the Email is made (:attr:`Email.row`): changing a dict given to it later changes nothing.
 """
@@ -39,6 +41,7 @@ from ..message.addresses import (
 )
 from ..message.attachments import checked_content_id, checked_content_type, checked_filename
 from ..message.header_fields import checked_custom_headers
+from ..tracing.traceparent import traceparent_problem
 
 __all__ = ["Attachment", "Email", "InvalidEmail", "dedupe_key_problem"]
 
@@ -99,6 +102,7 @@ class Email:
     expires_at: datetime | None = None
     max_attempts: int | None = None
     ignore_suppressions: bool = False
+    traceparent: str | None = None  # the trace it belongs to; None: the current span's at enqueue, if any
     template: InitVar[str | None] = None
     template_data: InitVar[Mapping[str, Any] | None] = None
     locale: InitVar[str | None] = None
@@ -148,6 +152,7 @@ def _row(email: Email) -> dict[str, Any]:
         "expires_at": _time(email.expires_at, "expires_at"),
         "max_attempts": None if email.max_attempts is None else _integer(email.max_attempts, "max_attempts", INT4),
         "ignore_suppressions": _boolean(email.ignore_suppressions, "ignore_suppressions"),
+        "traceparent": _traceparent(email.traceparent),
     }
 
 
@@ -235,6 +240,15 @@ def _attachment(value: object, name: str) -> dict[str, str]:
     if content_id is not None:
         entry["content_id"] = content_id
     return entry
+
+
+def _traceparent(value: object) -> str | None:
+    if value is None:
+        return None
+    problem = traceparent_problem(checked_type(value, str, "traceparent", "a string or None"))
+    if problem:
+        raise InvalidEmail("traceparent", problem)
+    return value  # type: ignore[return-value]  # a str: checked_type() above
 
 
 def _transport(value: object) -> str | None:

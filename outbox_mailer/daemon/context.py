@@ -5,7 +5,8 @@ follows from them (the retry policy, the routes, the preparation of a row, the M
 transports and their gates, the rows in flight, and the two ports a row's path writes through: the
 recorder (:class:`OutcomeSink`) and the claim session's ledger of batches and carriers
 (:class:`BatchLedger`). It also makes the one write that records an attempt (:meth:`DaemonContext.write`),
-the same for a send and a rescuer's resend.
+the same for a send and a rescuer's resend. Its ``tracing`` makes each attempt's span when the process
+traces (docs/tracing.md); None otherwise.
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ from typing import Protocol
 from ..clock import monotonic, utc_now
 from ..decide import RetryPolicy, decide
 from ..delivery import BatchOutcome, Cause, Delivery, Outcome, OutcomeKind, Transport
-from ..settings.config import Settings
+from ..settings.config import ApiTransportSettings, Settings
 from ..store import AttemptRecord, OutcomeWrite, Recipients
+from ..tracing.spans import Tracing, configured
 from .failover import CarrierLedger, Route, Routes
 from .gate import TransportGate
 from .inflight import InFlight
@@ -94,6 +96,9 @@ class DaemonContext:
         self.preparation = Preparation(settings)  # screened, guarded, composed; what it left out, by row
         self.message_ids = settings.message_id_key()  # what the claim computes Message-IDs with
         self.routes = Routes.of(settings, gates)
+        self.tracing: Tracing | None = configured({
+            name: config.kind if isinstance(config, ApiTransportSettings) else "smtp"
+            for name, config in settings.all_transports().items()})
 
     def transport_of(self, delivery: Delivery) -> str:
         return delivery.transport or self.default_transport

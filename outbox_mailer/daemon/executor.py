@@ -76,6 +76,7 @@ class Executor:
         passes a member it composed already) and hand its outcome to the recorder."""
         route = self.ctx.attempt_route(delivery, name)
         started = self.ctx.clock()
+        span = None if self.ctx.tracing is None else self.ctx.tracing.attempt(delivery, route.name)
         try:
             outcome, message = await self._attempt(delivery, route, started, message)
         except anyio.get_cancelled_exc_class():
@@ -84,12 +85,16 @@ class Executor:
                         delivery.attempts)
             self.ctx.preparation.dropped.pop(delivery.id, None)
             self.ctx.inflight.abandon(delivery)
+            if span is not None:
+                span.abandon("cancelled during the send")
             raise
         except Exception as exc:  # a poison row must not stop the daemon
             log.exception("unexpected error sending key=%s", delivery.dedupe_key)
             outcome = Outcome.permanent(f"internal error: {type(exc).__name__}: {exc}")
-        self._finish(delivery, route, started, route.gate.observe(outcome),
-                     message.message_id if message is not None else None)
+        message_id = message.message_id if message is not None else None
+        if span is not None:
+            span.finish(outcome, message_id)
+        self._finish(delivery, route, started, route.gate.observe(outcome), message_id)
 
     def refuse_unsendable(self, delivery: Delivery) -> bool:
         """Fail at once, without a network call, a row that cannot be read or names no configured
@@ -143,6 +148,7 @@ class Executor:
 
     async def _send_batch(self, name: str, transport: BatchTransport, members: list[Delivery],
                           messages: list[ComposedMessage], started: datetime, screened: list[Delivery]) -> None:
+        span = None if self.ctx.tracing is None else self.ctx.tracing.batch(members, name)
         try:
             results = await self._request_batch(name, transport, members, messages, screened)
         except anyio.get_cancelled_exc_class():
@@ -150,10 +156,14 @@ class Executor:
             for delivery in members:
                 self.ctx.preparation.dropped.pop(delivery.id, None)
                 self.ctx.inflight.abandon(delivery)
+            if span is not None:
+                span.abandon("cancelled during the send")
             raise
         except Exception as exc:  # a poison batch must not stop the daemon
             log.exception("unexpected error sending a batch of %d", len(members))
             results = [Outcome.permanent(f"internal error: {type(exc).__name__}: {exc}")] * len(members)
+        if span is not None:
+            span.finish_batch(results)
         routes = [self.ctx.attempt_route(d, name) for d in members]
         late = {i: r for i, r in enumerate(results) if isinstance(r, Outcome) and r.cause is Cause.UNSTARTED}
         for i, outcome in late.items():  # too old to start: back untried, not in the request

@@ -16,6 +16,9 @@ quoting the Message-ID and the To and Cc of an email they received. What proves 
 * without a recipient's tag (none, or one for the whole message), the row has a single recipient
   and the bounce names it: nobody else could have been meant.
 
+With tracing on (``tracing``: docs/tracing.md), each new event recorded for a row continues the row's trace
+with a span.
+
 A bounce about a row with several recipients and no recipient's tag is recorded on the row, for an
 operator to judge in the console, and suppresses nobody. A tag that does not verify (forged, or
 older than its window) makes the bounce prove nothing at all.
@@ -32,6 +35,7 @@ from ..delivery_events.bounce_tags import BounceTag, Unproven
 from ..delivery_events.model import ProviderEvent, storable
 from ..delivery_events.suppression import normal_address, suppression_for
 from ..store import EventStore
+from ..tracing.spans import Tracing
 
 log = logging.getLogger("outbox_mailer")
 
@@ -58,7 +62,7 @@ def _normal_recipient(event: ProviderEvent) -> str | None:
 
 
 async def take_in(store: EventStore, events: Sequence[ProviderEvent], *, automatic: bool, now: datetime,
-                  proof: BounceTag | Unproven = Unproven.UNTAGGED) -> Intake:
+                  proof: BounceTag | Unproven = Unproven.UNTAGGED, tracing: Tracing | None = None) -> Intake:
     """Record every event (a DatabaseError is raised: the caller answers 503 or exits 75).
     ``proof``: what the envelope recipient of a bounce by mail proves (``ingest-dsn``)."""
     intake = Intake()
@@ -77,7 +81,18 @@ async def take_in(store: EventStore, events: Sequence[ProviderEvent], *, automat
         intake.recorded += 1
         if delivery_id is None:
             intake.unmatched += 1
+        elif tracing is not None:
+            await _trace(store, tracing, event, delivery_id)
         log.info("event provider=%s kind=%s%s recipient=%s row=%s", event.provider, event.kind.value,
                  f"/{event.bounce_class.value}" if event.bounce_class else "", event.recipient,
                  delivery_id if delivery_id is not None else "unmatched")
     return intake
+
+
+async def _trace(store: EventStore, tracing: Tracing, event: ProviderEvent, delivery_id: int) -> None:
+    """The event's span in its row's trace (a row deleted since it was matched has none)."""
+    row = await store.trace_of(delivery_id)
+    if row is not None:
+        tracing.event(row[1], provider=event.provider, kind=event.kind.value, dedupe_key=row[0],
+                      message_id=event.message_id or event.provider_message_id,
+                      bounce_class=event.bounce_class.value if event.bounce_class is not None else None)

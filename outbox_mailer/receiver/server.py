@@ -47,6 +47,7 @@ from ..delivery_events.webhooks import WEBHOOK_PROVIDERS
 from ..errors import DatabaseError
 from ..settings.events import WebhookSettings
 from ..store import EventStore
+from ..tracing.spans import configured
 from .intake import take_in
 
 log = logging.getLogger("outbox_mailer")
@@ -69,6 +70,7 @@ class Receiver:
         self.settings, self.store, self.http, self.clock = settings, store, http, clock
         self.automatic = automatic_suppression
         self.enabled = set(settings.enabled())
+        self.tracing = configured()  # None unless the process traces (docs/tracing.md)
         self._certificates: dict[str, bytes] = {}
         self._failed_certificates: dict[str, tuple[datetime, str]] = {}  # URL -> (fetch again after, why)
         self.registry = CollectorRegistry()
@@ -159,7 +161,7 @@ async def _take(receiver: Receiver, provider: str, request: Request) -> Response
         if received.confirm_url is not None:
             await receiver.confirm_subscription(received.confirm_url)
         intake = await take_in(receiver.store, received.events, automatic=receiver.automatic,
-                               now=receiver.clock())
+                               now=receiver.clock(), tracing=receiver.tracing)
     except Unavailable as exc:
         return _retry_later(receiver, provider, exc.reason)
     except WebhookRefused as exc:

@@ -110,6 +110,12 @@ class EventStore(Store):
         async with self._conn() as conn:
             return [dict(r) for r in await conn.fetch(sql("suppressions"))]
 
+    async def trace_of(self, delivery_id: int) -> tuple[str, str | None] | None:
+        """The dedupe key and traceparent of a row (None: no such row any more)."""
+        async with self._conn() as conn:
+            row = await conn.fetchrow(sql("delivery_trace"), delivery_id)
+        return None if row is None else (row["dedupe_key"], row["traceparent"])
+
     async def events_of(self, key: str) -> list[dict[str, Any]]:
         async with self._conn() as conn:
             return [{**dict(r), "detail": json.loads(r["detail"])} for r in await conn.fetch(sql("events_of"), key)]

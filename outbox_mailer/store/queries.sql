@@ -50,7 +50,7 @@ CASE WHEN d.attempts > 1 THEN (
     WHERE a.delivery_id = d.id AND a.outcome = 'ambiguous'
     ORDER BY a.attempt DESC, a.started_at DESC LIMIT 1) END AS pinned_transport,
 -- include: content_size
-AS content_bytes, d.retry_recipients,
+AS content_bytes, d.retry_recipients, d.traceparent,
 CASE WHEN
     -- include: fits
     THEN d.from_address END AS from_address,
@@ -645,6 +645,10 @@ SELECT e.provider, e.provider_event_id, e.kind, e.bounce_class, e.recipient, e.o
 FROM email_delivery_events e JOIN email_deliveries d ON d.id = e.delivery_id
 WHERE d.dedupe_key = $1
 ORDER BY coalesce(e.occurred_at, e.received_at), e.id;
+
+-- name: delivery_trace
+-- The dedupe key and traceparent of row $1 (docs/tracing.md: the receiver's span of an event recorded for it, only while tracing is on).
+SELECT dedupe_key, traceparent FROM email_deliveries WHERE id = $1;
 
 -- name: record_refusals
 -- Our own permanent RCPT refusals about the mailbox (5.1.1 and the like: rows $1, attempts $2, recipients $3 in normal form $4, at $5, replies $6) as hard bounces: an event each (once), the row's delivery_event, and, when $7, the recipient suppressed.

@@ -179,7 +179,33 @@ BEGIN
         PERFORM email_deliveries_refuse_hostile(NEW.subject, NEW.from_address, NEW.reply_to, NEW.to_addresses,
             NEW.cc_addresses, NEW.bcc_addresses, NEW.headers, NEW.attachments);
     END IF;
+    IF NEW.traceparent IS NOT NULL THEN
+        PERFORM email_deliveries_check_traceparent(NEW.traceparent);
+    END IF;
     RETURN NEW;
+END;
+$_$;
+
+
+--
+-- Name: email_deliveries_check_traceparent(text); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.email_deliveries_check_traceparent(value text) RETURNS void
+    LANGUAGE plpgsql
+    AS $_$
+BEGIN
+    IF value !~ '^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$' THEN
+        PERFORM email_deliveries_refuse_field('email_deliveries_traceparent_valid', 'traceparent',
+            'traceparent ' || left(to_jsonb(value)::text, 80)
+            || ': W3C Trace Context, 00-<32 hex trace-id>-<16 hex parent-id>-<2 hex flags>, lower case');
+    ELSIF substr(value, 4, 32) = repeat('0', 32) THEN
+        PERFORM email_deliveries_refuse_field('email_deliveries_traceparent_valid', 'traceparent',
+            'traceparent ' || to_jsonb(value)::text || ': an all-zero trace-id is invalid');
+    ELSIF substr(value, 37, 16) = repeat('0', 16) THEN
+        PERFORM email_deliveries_refuse_field('email_deliveries_traceparent_valid', 'traceparent',
+            'traceparent ' || to_jsonb(value)::text || ': an all-zero parent-id is invalid');
+    END IF;
 END;
 $_$;
 
@@ -230,6 +256,7 @@ CREATE TABLE public.email_deliveries (
     delivery_event text,
     delivery_event_at timestamp with time zone,
     ignore_suppressions boolean DEFAULT false NOT NULL,
+    traceparent text,
     CONSTRAINT email_deliveries_attempts_valid CHECK (((attempts >= 0) AND ((max_attempts IS NULL) OR (max_attempts >= 1)))),
     CONSTRAINT email_deliveries_claimed_iff_sending CHECK (((status = 'sending'::text) = ((claim_token IS NOT NULL) AND (claimed_at IS NOT NULL)))),
     CONSTRAINT email_deliveries_delivery_event_valid CHECK ((delivery_event = ANY (ARRAY['delivered'::text, 'delayed'::text, 'bounced'::text, 'complained'::text]))),
@@ -302,6 +329,13 @@ COMMENT ON COLUMN public.email_deliveries.delivery_event IS 'Latest delivery eve
 --
 
 COMMENT ON COLUMN public.email_deliveries.ignore_suppressions IS 'Application-owned: send even to suppressed addresses';
+
+
+--
+-- Name: COLUMN email_deliveries.traceparent; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.email_deliveries.traceparent IS 'application-owned: W3C traceparent of the span that enqueued the email (null: none); checked at INSERT';
 
 
 --
@@ -479,6 +513,20 @@ BEGIN
         CASE WHEN NEW.headers IS DISTINCT FROM OLD.headers THEN NEW.headers END,
         CASE WHEN NEW.attachments IS DISTINCT FROM OLD.attachments THEN NEW.attachments END);
     UPDATE email_deliveries SET content_bytes = email_deliveries_checked_size(NEW) WHERE id = NEW.id;
+    RETURN NULL;
+END;
+$$;
+
+
+--
+-- Name: email_deliveries_recheck_traceparent(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.email_deliveries_recheck_traceparent() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM email_deliveries_check_traceparent(NEW.traceparent);
     RETURN NULL;
 END;
 $$;
@@ -1622,6 +1670,13 @@ CREATE TRIGGER email_deliveries_notify_requeue AFTER UPDATE ON public.email_deli
 --
 
 CREATE TRIGGER email_deliveries_recheck_content AFTER UPDATE OF dedupe_key, from_address, reply_to, subject, text_body, html_body, to_addresses, cc_addresses, bcc_addresses, headers, attachments, metadata, transport, expires_at, created_at ON public.email_deliveries FOR EACH ROW EXECUTE FUNCTION public.email_deliveries_recheck_content();
+
+
+--
+-- Name: email_deliveries email_deliveries_recheck_traceparent; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER email_deliveries_recheck_traceparent AFTER UPDATE OF traceparent ON public.email_deliveries FOR EACH ROW WHEN (((new.traceparent IS DISTINCT FROM old.traceparent) AND (new.traceparent IS NOT NULL))) EXECUTE FUNCTION public.email_deliveries_recheck_traceparent();
 
 
 --

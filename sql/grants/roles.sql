@@ -11,7 +11,7 @@ GRANT USAGE ON SCHEMA public TO :"app_role";
 GRANT SELECT ON email_deliveries, email_delivery_attempts, email_delivery_events TO :"app_role";
 GRANT INSERT (dedupe_key, from_address, to_addresses, cc_addresses, bcc_addresses, reply_to, subject,
               text_body, html_body, headers, attachments, metadata, transport, priority, scheduled_at,
-              expires_at, max_attempts, ignore_suppressions)
+              expires_at, max_attempts, ignore_suppressions, traceparent)
     ON email_deliveries TO :"app_role";
 
 -- The daemon (and the operator CLI): claim, record, retry, cancel, prune.

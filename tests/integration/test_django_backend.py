@@ -16,6 +16,7 @@ import pytest
 
 from tests.conftest import cloned_database
 from tests.django_project import configure, point_at
+from tests.otel_spans import Spans, traceparent_of
 from tests.smtp_server import SmtpTestServer
 
 configure()
@@ -67,6 +68,16 @@ def test_a_committed_send_mail_is_a_row_and_a_rolled_back_one_is_none(django_db:
         send_mail("Rolled back", "body", None, ["zoe@example.com"])
         raise Boom
     assert [subject for _, subject in rows(django_db)] == ["Committed", "Mass 1", "Mass 2"]
+
+
+def test_send_mail_in_an_opentelemetry_span_writes_that_spans_traceparent(django_db: str, spans: Spans) -> None:
+    from opentelemetry import trace
+
+    with trace.get_tracer("shop").start_as_current_span("signup"):
+        assert send_mail("Welcome", "body", None, ["zoe@example.com"]) == 1
+    with psycopg.connect(django_db) as conn:
+        assert conn.execute("SELECT traceparent FROM email_deliveries").fetchall() == [
+            (traceparent_of(spans.named("signup")[0]),)]
 
 
 def test_the_same_key_twice_is_one_row_and_each_call_counts_it(django_db: str) -> None:

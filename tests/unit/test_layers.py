@@ -42,6 +42,7 @@ FLOORS: tuple[dict[str, str], ...] = (
         "message": "composition, pure: addresses, header fields, MIME, DKIM, Message-IDs, the staging guard",
         "providers": "the provider API tables, pure: requests built, answers read, the registry of kinds",
         "decide": "outcome -> transition, pure, with `now` passed in",
+        "tracing": "an email's trace context: the traceparent's form, and spans through OpenTelemetry if imported",
     },
     {
         "delivery": "the vocabulary every room speaks: Delivery, Outcome and its Cause, Transport",
@@ -62,6 +63,8 @@ LIBRARY_HOMES: dict[str, tuple[str, ...]] = {
     "httpx": ("transports/api/http.py", "receiver/server.py", "cli/event_commands.py"),
     "uvicorn": ("serving/http_server.py",),
     "django": ("django/",),  # optional (the `django` extra): only the backend's room may need it
+    # optional (the `otel` extra): imported only by a process that imported it already (tracing/spans.py)
+    "opentelemetry": ("tracing/spans.py",),
 }
 PURE_CORE = ("decide.py", "delivery.py", "message/", "providers/", "delivery_events/")
 NO_IO = ("asyncpg", "aiosmtplib", "httpx", "uvicorn", "starlette", "anyio")

@@ -20,7 +20,7 @@ def record(**kw: Any) -> dict[str, Any]:
         "first_attempt_at": 1.7e9, "content_bytes": 10, "retry_recipients": None, "screen_suppressions": False, "from_address": None,
         "to_addresses": ["a@example.com"], "cc_addresses": [], "bcc_addresses": [], "reply_to": None,
         "subject": "s", "text_body": "b", "html_body": None, "headers": "{}", "attachments": "[]",
-        "metadata": "{}", "message_id": "<0662a1b2c3d4e5f6a7b8c9d0e1f2a3b4@example.com>", "pinned_transport": None,
+        "metadata": "{}", "message_id": "<0662a1b2c3d4e5f6a7b8c9d0e1f2a3b4@example.com>", "pinned_transport": None, "traceparent": None,
     }
     return {**base, **kw}
 
