@@ -39,7 +39,7 @@ def test_migrate_from_the_installed_wheel(installed: Installed, empty_db_url: st
     assert tables.stdout.strip() == (
         "email_batches,email_console_sessions,email_console_users,email_daemon_processes,email_deliveries,email_delivery_attempts,"
         "email_delivery_events,email_operator_actions,email_queue,email_suppressions,email_transport_limits,"
-        "email_transport_usage,email_webhook_tokens,outbox_mailer_migrations")
+        "email_transport_pauses,email_transport_usage,email_webhook_tokens,outbox_mailer_migrations")
 
 
 def test_print_sql_needs_no_database(installed: Installed) -> None:
