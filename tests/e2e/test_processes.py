@@ -7,7 +7,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -31,6 +31,17 @@ def notify_socket(tmp_path: Path) -> Iterator[tuple[socket.socket, str]]:
 def drain(sock: socket.socket, seconds: float) -> list[str]:
     got, deadline = [], time.monotonic() + seconds
     while time.monotonic() < deadline:
+        try:
+            got.append(sock.recv(65536).decode())
+        except TimeoutError:
+            pass
+    return got
+
+
+def receive_until(sock: socket.socket, seen: Callable[[list[str]], bool], seconds: float = 60.0) -> list[str]:
+    """The notifications received until ``seen`` says enough came (``seconds`` only bounds a failure)."""
+    got, deadline = [], time.monotonic() + seconds
+    while not seen(got) and time.monotonic() < deadline:
         try:
             got.append(sock.recv(65536).decode())
         except TimeoutError:
@@ -67,8 +78,9 @@ def test_two_processes_share_the_work_and_stop_cleanly(
                  "SELECT 'k' || g, ARRAY['a@example.com'], 's', 'b' FROM generate_series(1, 400) g;")
     proc = start(installed, env)
     try:
-        messages = drain(notify_socket[0], 4.0)
-        assert sum("READY=1" in m for m in messages) == 1, messages
+        messages = receive_until(notify_socket[0], lambda got: any("READY=1" in m for m in got)
+                                 and any("WATCHDOG=1" in m for m in got))
+        assert any("READY=1" in m for m in messages), messages
         assert any("WATCHDOG=1" in m for m in messages), "the parent forwards the children's pings"
         assert len(children_of(proc.pid)) == 2
         deadline = time.monotonic() + 30
@@ -79,9 +91,11 @@ def test_two_processes_share_the_work_and_stop_cleanly(
                                  capture_output=True, text=True, check=True).stdout.split()
         assert workers == ["w/0", "w/1"], "both processes sent"
         assert len(smtp_server.accepted) == 400
+        messages += drain(notify_socket[0], 0.2)
+        assert sum("READY=1" in m for m in messages) == 1, "one READY for the group, not one per process"
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=20) == 0
-        assert any("STOPPING=1" in m for m in drain(notify_socket[0], 0.5))
+        assert any("STOPPING=1" in m for m in receive_until(notify_socket[0], lambda got: any("STOPPING=1" in m for m in got), 5.0))
     finally:
         if proc.poll() is None:
             proc.kill()
