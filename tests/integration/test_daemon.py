@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import email
 import email.policy
-import logging
 from typing import Any
 
 import anyio
@@ -242,15 +241,3 @@ async def test_an_idle_daemon_holds_no_advisory_locks(running: Any, store: Store
             [row] = await store.fetch(LOCKS_OF_KEYS, "idle%")
             locks = row["n"]
     assert locks == 0, "an idle daemon still holds advisory locks of rows already recorded"
-
-
-async def test_sent_rows_log_at_debug_and_retries_at_info(
-    running: Any, store: Store, smtp_server: SmtpTestServer, caplog: pytest.LogCaptureFixture
-) -> None:
-    caplog.set_level(logging.DEBUG, logger="outbox_mailer")
-    smtp_server.fail("RCPT", "451 4.7.1 greylisted", times=1)
-    await insert(store, "grey-log")
-    r = await running()
-    await r.final("grey-log")
-    lines = [(rec.levelno, rec.getMessage()) for rec in caplog.records if "key=grey-log" in rec.getMessage()]
-    assert [(level, msg.split()[0]) for level, msg in lines] == [(logging.INFO, "pending"), (logging.DEBUG, "sent")]

@@ -1,0 +1,85 @@
+"""The log line of one recorded email: its fields, built once from the write that recorded it.
+
+The recorder calls :func:`log_email` for each write after the statement that applied it (or refused it:
+a lost claim), so a line states the recorded truth. Levels: a sent email and a retry scheduled at
+INFO, a failed or in-doubt email and a lost claim at WARNING, a claim given back untried (not an
+attempt) at DEBUG.
+
+The fields (:data:`FIELDS`, listed in docs/operations.md) go on the record as ``extra=``: in JSON mode
+they are top-level keys beside the record's own (``time``, ``level``, ``logger``, ``message``); a
+field whose value is unknown is left out. The message is made from the same fields, and only when
+a handler formats the record: ``sent key=order-1 via smtp attempt 1 250 id=4XYZ 38 ms``.
+
+Cheap by construction: nothing is built when the level is off; otherwise one dict per line and
+the text made once per handler.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from ..delivery import Status
+from ..store import OutcomeWrite
+
+log = logging.getLogger("outbox_mailer")
+
+# every field a line may carry; the first four are always there
+FIELDS = ("dedupe_key", "transport", "attempt", "outcome", "reply_code", "provider_message_id", "duration_ms",
+          "retry_at", "error", "rescue")
+GIVEN_BACK = "given_back"  # the outcome of a claim given back untried (not counted: not an attempt)
+LEVELS = {"sent": logging.INFO, "retried": logging.INFO, GIVEN_BACK: logging.DEBUG}  # others: WARNING
+
+
+class EmailLine:
+    """The text of an email's line, made from its fields when a handler formats the record."""
+
+    __slots__ = ("fields", "retry_seconds")
+
+    def __init__(self, fields: dict[str, Any], retry_seconds: float | None) -> None:
+        self.fields, self.retry_seconds = fields, retry_seconds
+
+    def __str__(self) -> str:
+        f = self.fields
+        code = f.get("reply_code")
+        text = (f"{f['outcome'].replace('_', ' ')} key={f['dedupe_key']} via {f['transport']} "
+                f"attempt {f['attempt']} {'-' if code is None else code}")
+        if "provider_message_id" in f:
+            text += f" id={f['provider_message_id']}"
+        if "duration_ms" in f:
+            text += f" {f['duration_ms']:.0f} ms"
+        if "rescue" in f:
+            text += " (rescue)"
+        if self.retry_seconds is not None:
+            text += f", retry in {round(self.retry_seconds, 2):g} s"
+        if "error" in f:
+            text += f": {f['error']}"
+        return text
+
+
+def log_email(write: OutcomeWrite, outcome: str, send_seconds: float | None) -> None:
+    """Log ``write``, recorded as ``outcome`` (the recorder's tally, or ``given_back``); ``send_seconds``
+    is the send's length (None: no send was timed)."""
+    level = LEVELS.get(outcome, logging.WARNING)
+    if not log.isEnabledFor(level):
+        return
+    d, t, a = write.delivery, write.transition, write.attempt
+    fields: dict[str, Any] = {"dedupe_key": d.dedupe_key, "transport": a.transport, "attempt": a.attempt,
+                              "outcome": outcome}
+    if a.reply_code is not None:
+        fields["reply_code"] = a.reply_code
+    if outcome == "sent" and t.provider_message_id:
+        fields["provider_message_id"] = t.provider_message_id
+    if send_seconds is not None:
+        fields["duration_ms"] = round(send_seconds * 1000, 1)
+    retry_seconds = None
+    if outcome == "retried" and t.scheduled_at is not None:
+        fields["retry_at"] = t.scheduled_at.isoformat()
+        retry_seconds = max(0.0, (t.scheduled_at - a.finished_at).total_seconds())
+    if outcome == "claim_lost":
+        fields["error"] = f"not applied: the row changed under us (the attempt was {a.outcome})"
+    elif a.error and t.status is not Status.SENT:
+        fields["error"] = a.error
+    if a.rescue:
+        fields["rescue"] = True
+    log.log(level, EmailLine(fields, retry_seconds), extra=fields)
