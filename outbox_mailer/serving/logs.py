@@ -10,6 +10,12 @@
 * ``--log-format json``: one JSON object per line with ``time`` (UTC, ISO 8601),
   ``level``, ``logger``, ``message``, every ``extra=`` field, and ``exception``
   when there is one. Under journald the ``<N>`` prefix goes in front of each object.
+
+A line per recorded email makes a line's cost part of the daemon's cost per email
+(bench/README.md states it): the formatters make a timestamp's seconds once per
+second, the JSON one encodes with one encoder made once, and :func:`configure_logging`
+turns off what no format here shows (the caller's file and line, thread and process
+names: the logging HOWTO's "Optimization").
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import json
 import logging
 import os
 import sys
+import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import IO, Any, Literal
@@ -66,12 +73,36 @@ def extra_fields(record: logging.LogRecord) -> dict[str, Any]:
     return {k: v for k, v in vars(record).items() if k not in _RECORD_ATTRIBUTES and not k.startswith("_")}
 
 
+class TextFormatter(logging.Formatter):
+    """The standard formatter, its timestamp's date and time made once per second."""
+
+    _second, _stamp = -1, ""
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+        if datefmt is not None:
+            return super().formatTime(record, datefmt)
+        second = int(record.created)
+        if second != self._second:
+            self._second, self._stamp = second, time.strftime(self.default_time_format, self.converter(second))
+        return f"{self._stamp},{int(record.msecs):03d}"  # the standard formatter's default_msec_format
+
+
 class JsonFormatter(logging.Formatter):
     """One JSON object per record, on one line."""
 
+    _second, _stamp = -1, ""
+    _encoder = json.JSONEncoder(default=str, ensure_ascii=False)  # json.dumps with options makes one per call
+
+    def utc_time(self, record: logging.LogRecord) -> str:
+        """``2026-01-01T12:00:00.000+00:00``, its seconds made once per second."""
+        second = int(record.created)
+        if second != self._second:
+            self._second, self._stamp = second, datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+        return f"{self._stamp}.{int(record.msecs):03d}+00:00"
+
     def format(self, record: logging.LogRecord) -> str:
         data: dict[str, Any] = {
-            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "time": self.utc_time(record),
             "level": record.levelname,
             "logger": record.name,
             "message": record.getMessage(),
@@ -82,7 +113,7 @@ class JsonFormatter(logging.Formatter):
             data["exception"] = self.formatException(record.exc_info)
         if record.stack_info:
             data["stack"] = self.formatStack(record.stack_info)
-        return json.dumps(data, default=str, ensure_ascii=False)
+        return self._encoder.encode(data)
 
 
 class JournalFormatter(logging.Formatter):
@@ -103,7 +134,7 @@ def make_formatter(log_format: LogFormat, *, journal: bool) -> logging.Formatter
     if log_format == "json":
         inner: logging.Formatter = JsonFormatter()
     else:
-        inner = logging.Formatter(JOURNAL_TEXT_FORMAT if journal else TEXT_FORMAT)
+        inner = TextFormatter(JOURNAL_TEXT_FORMAT if journal else TEXT_FORMAT)
     return JournalFormatter(inner) if journal else inner
 
 
@@ -119,5 +150,8 @@ def configure_logging(level: str | int = "INFO", log_format: LogFormat = "text",
         old.close()
     root.addHandler(handler)
     root.setLevel(level)
+    # gathered for every record and shown by no format here
+    logging._srcfile = None  # the caller's file and line (a walk up the stack per record)
+    logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
     logging.getLogger("httpx").setLevel(logging.WARNING)  # httpx logs every request at INFO; we log outcomes
     return handler

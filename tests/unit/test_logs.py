@@ -8,14 +8,20 @@ import logging
 import os
 import re
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO
 
 import pytest
 
 from outbox_mailer import cli
-from outbox_mailer.serving.logs import configure_logging, syslog_priority, writes_to_journal
+from outbox_mailer.serving.logs import (
+    JsonFormatter,
+    TextFormatter,
+    configure_logging,
+    syslog_priority,
+    writes_to_journal,
+)
 
 TIMESTAMP = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}"
 
@@ -24,7 +30,9 @@ TIMESTAMP = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}"
 def restore_root_logger() -> Iterator[None]:
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level
+    gathered = logging._srcfile, logging.logThreads, logging.logProcesses, logging.logMultiprocessing
     yield
+    logging._srcfile, logging.logThreads, logging.logProcesses, logging.logMultiprocessing = gathered
     for h in list(root.handlers):
         root.removeHandler(h)
     for h in handlers:
@@ -167,3 +175,13 @@ def test_cli_has_a_global_log_format_option(monkeypatch: pytest.MonkeyPatch,
         cli.main(["--log-format", "xml", "migrate"])
     assert exc.value.code == 2
     assert "--log-format" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("created", [1767225600.0, 1767225600.999, 1767225601.0005, 1767225601.5, 1798761599.25])
+def test_timestamps_made_once_a_second_read_as_made_afresh(created: float) -> None:
+    text, js = TextFormatter(), JsonFormatter()
+    for at in (created - 1, created):  # the formatters keep the previous second's text
+        record = logging.makeLogRecord({"created": at, "msecs": (at - int(at)) * 1000})
+        assert text.formatTime(record) == logging.Formatter().formatTime(record)
+        assert json.loads(js.format(record))["time"] == datetime.fromtimestamp(at, UTC).isoformat(
+            timespec="milliseconds")
