@@ -21,6 +21,7 @@ from typing import Any
 
 from ..delivery import Status
 from ..store import OutcomeWrite
+from .tally import Counted, Tally
 
 log = logging.getLogger("outbox_mailer")
 
@@ -28,7 +29,7 @@ log = logging.getLogger("outbox_mailer")
 FIELDS = ("dedupe_key", "transport", "attempt", "outcome", "reply_code", "provider_message_id", "duration_ms",
           "retry_at", "error", "rescue")
 GIVEN_BACK = "given_back"  # the outcome of a claim given back untried (not counted: not an attempt)
-LEVELS = {"sent": logging.INFO, "retried": logging.INFO, GIVEN_BACK: logging.DEBUG}  # others: WARNING
+LEVELS = {Counted.SENT: logging.INFO, Counted.RETRIED: logging.INFO, None: logging.DEBUG}  # others: WARNING
 
 
 class EmailLine:
@@ -57,26 +58,26 @@ class EmailLine:
         return text
 
 
-def log_email(write: OutcomeWrite, outcome: str, send_seconds: float | None) -> None:
-    """Log ``write``, recorded as ``outcome`` (the recorder's tally, or ``given_back``); ``send_seconds``
-    is the send's length (None: no send was timed)."""
-    level = LEVELS.get(outcome, logging.WARNING)
+def log_email(write: OutcomeWrite, tallied: Tally) -> None:
+    """Log ``write`` as what it was recorded as (``tallied``)."""
+    counted = tallied.counted
+    level = LEVELS.get(counted, logging.WARNING)
     if not log.isEnabledFor(level):
         return
     d, t, a = write.delivery, write.transition, write.attempt
     fields: dict[str, Any] = {"dedupe_key": d.dedupe_key, "transport": a.transport, "attempt": a.attempt,
-                              "outcome": outcome}
+                              "outcome": GIVEN_BACK if counted is None else counted.value}
     if a.reply_code is not None:
         fields["reply_code"] = a.reply_code
-    if outcome == "sent" and t.provider_message_id:
+    if counted is Counted.SENT and t.provider_message_id:
         fields["provider_message_id"] = t.provider_message_id
-    if send_seconds is not None:
-        fields["duration_ms"] = round(send_seconds * 1000, 1)
+    if tallied.send_seconds is not None:
+        fields["duration_ms"] = round(tallied.send_seconds * 1000, 1)
     retry_seconds = None
-    if outcome == "retried" and t.scheduled_at is not None:
+    if counted is Counted.RETRIED and t.scheduled_at is not None:
         fields["retry_at"] = t.scheduled_at.isoformat()
         retry_seconds = max(0.0, (t.scheduled_at - a.finished_at).total_seconds())
-    if outcome == "claim_lost":
+    if counted is Counted.CLAIM_LOST:
         fields["error"] = f"not applied: the row changed under us (the attempt was {a.outcome})"
     elif a.error and t.status is not Status.SENT:
         fields["error"] = a.error

@@ -13,29 +13,26 @@ has nothing left in flight.
 Outcomes wait in memory while PostgreSQL is unreachable; there are never more
 of them than sends in flight.
 
-What a write counts as (:func:`tally`) is read here once, from its typed
-fields only (its status, its fence, its outcome's cause, its attempt's
-rescue flag): the progress line and the metrics (``metrics.py``) count from it.
+What a write counts as is read once (``tally.py``): the progress line, each
+email's line and the metrics (``metrics.py``) count from it.
 """
 
 from __future__ import annotations
 
-import enum
 import logging
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import anyio
 
-from ..delivery import Cause, OutcomeKind, Status
 from ..delivery_events.status_codes import is_bad_mailbox
 from ..delivery_events.suppression import form_or_none
 from ..errors import DatabaseError, DatabaseUnavailable
 from ..store import OutcomeWrite
-from .email_log import GIVEN_BACK, log_email
+from .email_log import log_email
 from .inflight import InFlight
 from .sessions import RECONNECT_MAX_SECONDS, DaemonSessions
+from .tally import Counted, tally
 
 log = logging.getLogger("outbox_mailer")
 
@@ -43,43 +40,6 @@ RECORD_BATCH = 500
 GATHER_OUTCOMES = 8  # while sends are in flight, wait for this many outcomes per write ...
 GATHER_SECONDS = 0.010  # ... but never longer than this (it widens the crash window by as much)
 PROGRESS_SECONDS = 10.0
-
-
-class Counted(enum.StrEnum):
-    """What one recorded write counts as."""
-
-    SENT = "sent"
-    FAILED = "failed"
-    RETRIED = "retried"  # back to pending, to be tried again
-    IN_DOUBT = "in_doubt"
-    CLAIM_LOST = "claim_lost"  # not applied: the row's claim had changed
-
-
-COUNTED = {Status.SENT: Counted.SENT, Status.FAILED: Counted.FAILED, Status.PENDING: Counted.RETRIED,
-           Status.IN_DOUBT: Counted.IN_DOUBT}
-
-
-@dataclass(frozen=True, slots=True)
-class Tally:
-    """What one write counts as, read from its typed fields."""
-
-    counted: Counted | None  # None: a claim given back untried (not an attempt)
-    ambiguous: bool  # an applied attempt whose outcome is unknown
-    suppressed: bool  # the row failed unsent: every recipient is suppressed
-    send_seconds: float | None  # the attempt's length (None: no send was timed: given back, or a rescue)
-
-
-def tally(write: OutcomeWrite, applied: bool) -> Tally:
-    """What ``write`` counts as, ``applied`` or refused by the fence."""
-    transition, attempt = write.transition, write.attempt
-    if transition.given_back:
-        return Tally(None if applied else Counted.CLAIM_LOST, False, False, None)
-    # a rescue's times are the dead claim's, not a send's
-    seconds = None if attempt.rescue else max(0.0, (attempt.finished_at - attempt.started_at).total_seconds())
-    if not applied:
-        return Tally(Counted.CLAIM_LOST, False, False, seconds)
-    return Tally(COUNTED.get(transition.status), attempt.outcome == OutcomeKind.AMBIGUOUS,
-                 transition.status is Status.FAILED and transition.cause is Cause.SUPPRESSED, seconds)
 
 
 class Recorder:
@@ -220,7 +180,7 @@ class Recorder:
     def _log(self, write: OutcomeWrite, applied: bool) -> None:
         if self._observe is not None:
             self._observe(write, applied)
-        counted = tally(write, applied)
-        if counted.counted is not None:
-            self.counts[counted.counted] += 1
-        log_email(write, GIVEN_BACK if counted.counted is None else counted.counted.value, counted.send_seconds)
+        tallied = tally(write, applied)
+        if tallied.counted is not None:
+            self.counts[tallied.counted] += 1
+        log_email(write, tallied)
