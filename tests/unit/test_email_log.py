@@ -4,9 +4,12 @@ made from the same fields, and nothing built when its level is off."""
 from __future__ import annotations
 
 import logging
+import re
+from pathlib import Path
 
 import pytest
 
+from outbox_mailer.daemon.email_log import FIELDS
 from outbox_mailer.daemon.recorder import Recorder
 from outbox_mailer.delivery import Outcome
 from tests.unit.test_outcome_counts import write_of
@@ -51,3 +54,10 @@ def test_no_line_is_built_when_its_level_is_off(caplog: pytest.LogCaptureFixture
     recorder = Recorder(None, None, None)  # type: ignore[arg-type]  # only its logging is used
     recorder._log(write_of(Outcome.sent()), True)
     assert caplog.records == [] and recorder.counts["sent"] == 1, "counted, not logged"
+
+
+def test_the_operations_guide_lists_every_field_a_line_may_carry() -> None:
+    guide = (Path(__file__).parents[2] / "docs" / "operations.md").read_text(encoding="utf-8")
+    section = guide.split("### Read the logs", 1)[1].split("\n### ", 1)[0]
+    listed = re.findall(r"^\| `(\w+)` \|", section, re.MULTILINE)
+    assert listed == list(FIELDS)
