@@ -22,6 +22,7 @@ from ..decide import RetryPolicy, decide
 from ..delivery import BatchOutcome, Cause, Delivery, Outcome, OutcomeKind, Transport
 from ..settings.config import Settings
 from ..store import AttemptRecord, OutcomeWrite, Recipients
+from .email_log import FAILOVER, email_fields
 from .failover import CarrierLedger, Route, Routes
 from .gate import TransportGate
 from .inflight import InFlight
@@ -121,7 +122,8 @@ class DaemonContext:
         if transition.scheduled_at is not None and isinstance(where, Route):
             moved = self.routes.moved_to(where, outcome, monotonic())
             if moved is not None:  # not taken here, and the claim now routes it to an open fallback
-                log.warning("failover key=%s from %s to %s: %s", delivery.dedupe_key, name, moved, outcome.error)
+                log.warning("failover key=%s from %s to %s: %s", delivery.dedupe_key, name, moved, outcome.error,
+                            extra=email_fields(delivery.dedupe_key, name, delivery.attempts, FAILOVER))
                 transition = dataclasses.replace(transition, scheduled_at=finished)
         attempt = AttemptRecord(
             attempt=delivery.attempts,

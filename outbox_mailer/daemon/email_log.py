@@ -5,7 +5,8 @@ a lost claim), so a line states the recorded truth. Levels: a sent email and a r
 INFO, a failed or in-doubt email and a lost claim at WARNING, a claim given back untried (not an
 attempt) at DEBUG.
 
-The fields (:data:`FIELDS`, listed in docs/operations.md) go on the record as ``extra=``: in JSON mode
+The fields (:data:`FIELDS`, listed in docs/operations.md) go on the record as ``extra=``
+(:func:`email_fields` for the four every line about one email carries, also those of other modules): in JSON mode
 they are top-level keys beside the record's own (``time``, ``level``, ``logger``, ``message``); a
 field whose value is unknown is left out. The message is made from the same fields, and only when
 a handler formats the record: ``sent key=order-1 via smtp attempt 1 250 id=4XYZ 38 ms``.
@@ -29,6 +30,10 @@ log = logging.getLogger("outbox_mailer")
 FIELDS = ("dedupe_key", "transport", "attempt", "outcome", "reply_code", "provider_message_id", "duration_ms",
           "retry_at", "error", "rescue")
 GIVEN_BACK = "given_back"  # the outcome of a claim given back untried (not counted: not an attempt)
+# the outcomes of lines about one email that other modules write before (or instead of) its write
+ABANDONED = "abandoned"  # cut off by the shutdown grace period during its send: left 'sending' for a rescuer
+FAILOVER = "failover"  # refused where it was not taken: due again at once, through a fallback
+INTERNAL_ERROR = "internal_error"  # the send raised: recorded as failed
 LEVELS = {Counted.SENT: logging.INFO, Counted.RETRIED: logging.INFO, None: logging.DEBUG}  # others: WARNING
 
 
@@ -58,6 +63,12 @@ class EmailLine:
         return text
 
 
+def email_fields(dedupe_key: str, transport: str, attempt: int, outcome: str) -> dict[str, Any]:
+    """The fields every line about one email carries (``extra=`` of a line about an attempt that is
+    not its recorded write: :data:`ABANDONED`, :data:`FAILOVER`, :data:`INTERNAL_ERROR`)."""
+    return {"dedupe_key": dedupe_key, "transport": transport, "attempt": attempt, "outcome": outcome}
+
+
 def log_email(write: OutcomeWrite, tallied: Tally) -> None:
     """Log ``write`` as what it was recorded as (``tallied``)."""
     counted = tallied.counted
@@ -65,8 +76,7 @@ def log_email(write: OutcomeWrite, tallied: Tally) -> None:
     if not log.isEnabledFor(level):
         return
     d, t, a = write.delivery, write.transition, write.attempt
-    fields: dict[str, Any] = {"dedupe_key": d.dedupe_key, "transport": a.transport, "attempt": a.attempt,
-                              "outcome": GIVEN_BACK if counted is None else counted.value}
+    fields = email_fields(d.dedupe_key, a.transport, a.attempt, GIVEN_BACK if counted is None else counted.value)
     if a.reply_code is not None:
         fields["reply_code"] = a.reply_code
     if counted is Counted.SENT and t.provider_message_id:

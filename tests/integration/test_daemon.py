@@ -11,7 +11,7 @@ import pytest
 
 from outbox_mailer.errors import DatabaseError
 from outbox_mailer.store import Store
-from tests.integration.conftest import insert
+from tests.integration.conftest import abandon_at_shutdown, insert
 from tests.smtp_server import SmtpTestServer
 
 pytestmark = pytest.mark.anyio
@@ -167,14 +167,7 @@ async def test_stop_finishes_in_flight_sends_and_records_them(
 async def test_stop_after_grace_leaves_the_row_to_the_rescuer(
     running: Any, store: Store, smtp_server: SmtpTestServer, db_url: str
 ) -> None:
-    smtp_server.delay("DATA", 1.5)
-    await insert(store, "stuck")
-    r = await running(shutdown_grace_seconds=0.2)
-    await r.wait_for(lambda rows: rows.get("stuck", {}).get("status") == "sending", ["stuck"])
-    r.daemon.stop()
-    with anyio.fail_after(5):
-        while r.daemon.in_flight:
-            await anyio.sleep(0.05)
+    await abandon_at_shutdown(running, store, smtp_server, "stuck")
     await anyio.sleep(0.2)
     [row] = await store.status(["stuck"])
     assert row["status"] == "sending", "an abandoned send keeps its row; nothing is lost"

@@ -16,7 +16,7 @@ import pytest
 
 from outbox_mailer.serving.logs import LogFormat, make_formatter
 from outbox_mailer.store import Store
-from tests.integration.conftest import insert
+from tests.integration.conftest import abandon_at_shutdown, insert
 from tests.smtp_server import SmtpTestServer
 
 pytestmark = pytest.mark.anyio
@@ -130,3 +130,24 @@ async def test_text_lines_read_as_one_short_line_per_outcome(
     assert re.fullmatch(rf"failed key=log-gone via smtp attempt 1 550 {ms}: .*550 5\.1\.1.*", about("log-gone")[0])
     assert summed() == {"sent": 2, "failed": 1, "retried": 1, "in_doubt": 0, "claim_lost": 0}, (
         "summed up as the daemon drains, not a period later")
+
+
+@pytest.mark.parametrize("captured", ["json"], indirect=True)
+async def test_a_send_abandoned_at_shutdown_and_its_rescue_say_so_in_their_fields(
+        running: Any, store: Store, smtp_server: SmtpTestServer, captured: Captured) -> None:
+    await abandon_at_shutdown(running, store, smtp_server, "log-stuck")
+    smtp_server.clear_faults()
+    await store.execute("UPDATE email_deliveries SET claimed_at = now() - interval '1 hour'")  # a dead claim
+    later = await running(rescue_interval_seconds=0.1)
+    assert (await later.final("log-stuck"))["log-stuck"]["status"] == "sent"
+
+    def about() -> list[dict[str, Any]]:
+        return [d for d in map(json.loads, captured.lines()) if d.get("dedupe_key") == "log-stuck"]
+
+    with anyio.move_on_after(10):
+        while [d["outcome"] for d in about()][-1:] != ["sent"]:
+            await anyio.sleep(0.02)
+    assert [(d["outcome"], d["attempt"], d["transport"], d.get("rescue")) for d in about()] == [
+        ("abandoned", 1, "smtp", None), ("retried", 1, "smtp", True), ("sent", 2, "smtp", None)]
+    abandoned, rescued, _ = about()
+    assert abandoned["level"] == "WARNING" and "duration_ms" not in rescued, "a rescue times no send"

@@ -12,6 +12,8 @@ import pytest
 from outbox_mailer.daemon.email_log import FIELDS
 from outbox_mailer.daemon.recorder import Recorder
 from outbox_mailer.delivery import Outcome
+from tests.daemon_fakes import context
+from tests.unit.test_executor import carried
 from tests.unit.test_outcome_counts import write_of
 
 
@@ -61,3 +63,13 @@ def test_the_operations_guide_lists_every_field_a_line_may_carry() -> None:
     section = guide.split("### Read the logs", 1)[1].split("\n### ", 1)[0]
     listed = re.findall(r"^\| `(\w+)` \|", section, re.MULTILINE)
     assert listed == list(FIELDS)
+
+
+@pytest.mark.anyio
+async def test_a_failover_and_an_internal_error_carry_the_emails_fields(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="outbox_mailer")
+    await carried(context(), Outcome.unreachable("connection refused"))  # api, its fallback, is open
+    await carried(context(), None)  # the scripted transport has no answer: the send raises
+    fields = [(r.getMessage().split()[0], r.dedupe_key, r.transport, r.attempt, r.outcome)
+              for r in caplog.records if r.getMessage().startswith(("failover", "unexpected"))]
+    assert fields == [("failover", "k-1", "smtp", 1, "failover"), ("unexpected", "k-1", "smtp", 1, "internal_error")]
