@@ -5,11 +5,12 @@ a lost claim), so a line states the recorded truth. Levels: a sent email and a r
 INFO, a failed or in-doubt email and a lost claim at WARNING, a claim given back untried (not an
 attempt) at DEBUG.
 
-The fields (:data:`FIELDS`, listed in docs/operations.md) go on the record as ``extra=``
-(:func:`email_fields` for the four every line about one email carries, also those of other modules): in JSON mode
-they are top-level keys beside the record's own (``time``, ``level``, ``logger``, ``message``); a
-field whose value is unknown is left out. The message is made from the same fields, and only when
-a handler formats the record: ``sent key=order-1 via smtp attempt 1 250 id=4XYZ 38 ms``.
+The fields (:data:`FIELDS`, listed in docs/operations.md) go on the record as ``extra=``: in JSON
+mode they are top-level keys beside the record's own (``time``, ``level``, ``logger``, ``message``);
+a field whose value is unknown is left out. :func:`email_fields` makes the four that every line about
+one email carries, the other modules' lines too (a failover, an abandoned send, an internal error).
+The message is made from the same fields, and only when a handler formats the record:
+``sent key=order-1 via smtp attempt 1 250 id=4XYZ9 38 ms``.
 
 Cheap by construction: nothing is built when the level is off; otherwise one dict per line and
 the text made once per handler.
