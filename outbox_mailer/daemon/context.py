@@ -24,6 +24,7 @@ from ..delivery import BatchOutcome, Cause, Delivery, Outcome, OutcomeKind, Tran
 from ..settings.config import ApiTransportSettings, Settings
 from ..store import AttemptRecord, OutcomeWrite, Recipients
 from ..tracing.spans import Tracing, configured
+from .email_log import FAILOVER, email_fields
 from .failover import CarrierLedger, Route, Routes
 from .gate import TransportGate
 from .inflight import InFlight
@@ -126,7 +127,8 @@ class DaemonContext:
         if transition.scheduled_at is not None and isinstance(where, Route):
             moved = self.routes.moved_to(where, outcome, monotonic())
             if moved is not None:  # not taken here, and the claim now routes it to an open fallback
-                log.warning("failover key=%s from %s to %s: %s", delivery.dedupe_key, name, moved, outcome.error)
+                log.warning("failover key=%s from %s to %s: %s", delivery.dedupe_key, name, moved, outcome.error,
+                            extra=email_fields(delivery.dedupe_key, name, delivery.attempts, FAILOVER))
                 transition = dataclasses.replace(transition, scheduled_at=finished)
         attempt = AttemptRecord(
             attempt=delivery.attempts,

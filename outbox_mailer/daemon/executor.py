@@ -57,6 +57,7 @@ from ..errors import DatabaseError
 from ..providers.seam import batch_idempotency_key
 from ..store import AttemptRecord
 from .context import DaemonContext, resend_whole
+from .email_log import ABANDONED, INTERNAL_ERROR, email_fields
 from .failover import Route, record_carrier
 
 log = logging.getLogger("outbox_mailer")
@@ -82,14 +83,16 @@ class Executor:
         except anyio.get_cancelled_exc_class():
             # cut off by the grace period: the row stays 'sending' for the rescuer
             log.warning("abandoned key=%s attempt=%d: cancelled during the send", delivery.dedupe_key,
-                        delivery.attempts)
+                        delivery.attempts, extra=email_fields(delivery.dedupe_key, route.name, delivery.attempts,
+                                                              ABANDONED))
             self.ctx.preparation.dropped.pop(delivery.id, None)
             self.ctx.inflight.abandon(delivery)
             if span is not None:
                 span.abandon("cancelled during the send")
             raise
         except Exception as exc:  # a poison row must not stop the daemon
-            log.exception("unexpected error sending key=%s", delivery.dedupe_key)
+            log.exception("unexpected error sending key=%s", delivery.dedupe_key,
+                          extra=email_fields(delivery.dedupe_key, route.name, delivery.attempts, INTERNAL_ERROR))
             outcome = Outcome.permanent(f"internal error: {type(exc).__name__}: {exc}")
         message_id = message.message_id if message is not None else None
         if span is not None:

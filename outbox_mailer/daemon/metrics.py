@@ -46,7 +46,7 @@ from ..errors import ConfigurationError, DatabaseError
 from ..serving.http_server import serve_http
 from ..settings.config import Settings
 from ..store import OutcomeWrite, Store
-from .recorder import Counted, tally
+from .tally import Counted, tally
 
 if TYPE_CHECKING:
     from .quotas import SharedLimit
@@ -146,7 +146,7 @@ class Metrics:
             log.exception("metrics: cannot count an outcome")
 
     def _count(self, write: OutcomeWrite, applied: bool) -> None:
-        """From the recorder's tally of the write (recorder.py), the one reading of what it counts as."""
+        """From the tally of the write (tally.py), the one reading of what it counts as."""
         counts = tally(write, applied)
         transport = self._transport(write.attempt.transport)
         if counts.send_seconds is not None:

@@ -5,36 +5,34 @@ recorder takes whatever is ready (up to ``RECORD_BATCH``), writes it in one
 statement fenced on each row's claim (the claim session then releases the
 rows' advisory locks by its own rule: see ``ClaimSession``), tells
 :class:`~outbox_mailer.daemon.inflight.InFlight` the rows are done, and logs.
-Logging: one line per retry, failure, in-doubt row and lost claim
-(INFO/WARNING); a sent row gets its own line at DEBUG only, and at INFO a
-progress line sums up what was recorded, at most every ``PROGRESS_SECONDS``
-(the attempts table and ``outbox-mailer status`` are the per-email record; a
-line per sent email cost ~9% of the daemon's CPU at thousands per second).
+Logging: one line per recorded email, after its write (``email_log.py``:
+a sent email and a retry at INFO, a failure, an in-doubt row and a lost claim
+at WARNING, with the email's fields), and at INFO a progress line that sums up
+what was recorded: every ``PROGRESS_SECONDS`` while busy, and once the daemon
+has nothing left in flight.
 Outcomes wait in memory while PostgreSQL is unreachable; there are never more
 of them than sends in flight.
 
-What a write counts as (:func:`tally`) is read here once, from its typed
-fields only (its status, its fence, its outcome's cause, its attempt's
-rescue flag): the progress line and the metrics (``metrics.py``) count from it.
+What a write counts as is read once (``tally.py``): the progress line, each
+email's line and the metrics (``metrics.py``) count from it.
 """
 
 from __future__ import annotations
 
-import enum
 import logging
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import anyio
 
-from ..delivery import Cause, OutcomeKind, Status
 from ..delivery_events.status_codes import is_bad_mailbox
 from ..delivery_events.suppression import form_or_none
 from ..errors import DatabaseError, DatabaseUnavailable
 from ..store import OutcomeWrite
+from .email_log import log_email
 from .inflight import InFlight
 from .sessions import RECONNECT_MAX_SECONDS, DaemonSessions
+from .tally import Counted, tally
 
 log = logging.getLogger("outbox_mailer")
 
@@ -42,43 +40,6 @@ RECORD_BATCH = 500
 GATHER_OUTCOMES = 8  # while sends are in flight, wait for this many outcomes per write ...
 GATHER_SECONDS = 0.010  # ... but never longer than this (it widens the crash window by as much)
 PROGRESS_SECONDS = 10.0
-
-
-class Counted(enum.StrEnum):
-    """What one recorded write counts as."""
-
-    SENT = "sent"
-    FAILED = "failed"
-    RETRIED = "retried"  # back to pending, to be tried again
-    IN_DOUBT = "in_doubt"
-    CLAIM_LOST = "claim_lost"  # not applied: the row's claim had changed
-
-
-COUNTED = {Status.SENT: Counted.SENT, Status.FAILED: Counted.FAILED, Status.PENDING: Counted.RETRIED,
-           Status.IN_DOUBT: Counted.IN_DOUBT}
-
-
-@dataclass(frozen=True, slots=True)
-class Tally:
-    """What one write counts as, read from its typed fields."""
-
-    counted: Counted | None  # None: a claim given back untried (not an attempt)
-    ambiguous: bool  # an applied attempt whose outcome is unknown
-    suppressed: bool  # the row failed unsent: every recipient is suppressed
-    send_seconds: float | None  # the attempt's length (None: no send was timed: given back, or a rescue)
-
-
-def tally(write: OutcomeWrite, applied: bool) -> Tally:
-    """What ``write`` counts as, ``applied`` or refused by the fence."""
-    transition, attempt = write.transition, write.attempt
-    if transition.given_back:
-        return Tally(None if applied else Counted.CLAIM_LOST, False, False, None)
-    # a rescue's times are the dead claim's, not a send's
-    seconds = None if attempt.rescue else max(0.0, (attempt.finished_at - attempt.started_at).total_seconds())
-    if not applied:
-        return Tally(Counted.CLAIM_LOST, False, False, seconds)
-    return Tally(COUNTED.get(transition.status), attempt.outcome == OutcomeKind.AMBIGUOUS,
-                 transition.status is Status.FAILED and transition.cause is Cause.SUPPRESSED, seconds)
 
 
 class Recorder:
@@ -92,7 +53,7 @@ class Recorder:
         self._observe = observe  # called for every write, with whether it applied (metrics)
         self.counts: dict[str, int] = {c.value: 0 for c in Counted}
         self._reported = dict(self.counts)  # counts at the last progress line
-        self._reported_at = -math.inf
+        self._period_start: float | None = None  # None: nothing recorded since the last line
         self.inbox, self._outbox = anyio.create_memory_object_stream[OutcomeWrite](math.inf)
 
     def submit(self, write: OutcomeWrite) -> None:
@@ -106,7 +67,7 @@ class Recorder:
             with anyio.CancelScope(shield=True):
                 await self.record(batch)
             self._inflight.recorded(batch)
-            self._progress(anyio.current_time())
+            self._progress(anyio.current_time(), drained=not len(self._inflight))
 
     async def _gather(self, first: OutcomeWrite) -> list[OutcomeWrite]:
         """What is ready, and while sends are in flight up to GATHER_OUTCOMES of them, waiting at most
@@ -132,18 +93,19 @@ class Recorder:
                     break
         return batch
 
-    def _progress(self, now: float) -> None:
-        """At most every PROGRESS_SECONDS: what was recorded since the last line."""
-        if now - self._reported_at < PROGRESS_SECONDS:
-            return
-        if self._reported_at == -math.inf:  # the first batch starts the first period
-            self._reported_at = now
+    def _progress(self, now: float, *, drained: bool) -> None:
+        """What was recorded since the last line: every PROGRESS_SECONDS while busy, and at once when
+        the daemon holds nothing more (``drained``). A period starts with its first recorded batch."""
+        if self._period_start is None:
+            self._period_start = now
+        if not drained and now - self._period_start < PROGRESS_SECONDS:
             return
         since = {k: v - self._reported[k] for k, v in self.counts.items()}
         if any(since.values()):
-            log.info("recorded %s in the last %.0fs", " ".join(f"{k}={v}" for k, v in since.items()),
-                     now - self._reported_at)
-        self._reported, self._reported_at = dict(self.counts), now
+            log.info("recorded %s in the last %.1fs", " ".join(f"{k}={v}" for k, v in since.items()),
+                     now - self._period_start)
+        self._reported = dict(self.counts)
+        self._period_start = None if drained else now
 
     async def record(self, batch: Sequence[OutcomeWrite]) -> None:
         """Write outcomes (their locks are then the claim session's to release). Retries while the database is away.
@@ -169,11 +131,11 @@ class Recorder:
                 delay = min(delay * 2, RECONNECT_MAX_SECONDS)
         if updated is not None and tries > 1:
             updated |= await self._committed_before(batch, updated)
+        for write in batch:
+            self._log(write, updated is not None and write.delivery.id in updated)
         if updated:
             await self._bounced(batch, updated)
             await self._adopt_events()
-        for write in batch:
-            self._log(write, updated is not None and write.delivery.id in updated)
 
     async def _bounced(self, batch: Sequence[OutcomeWrite], updated: set[int]) -> None:
         """Recipients refused for good at RCPT with a bad-mailbox code (5.1.1, 5.1.10...) count as hard
@@ -218,22 +180,7 @@ class Recorder:
     def _log(self, write: OutcomeWrite, applied: bool) -> None:
         if self._observe is not None:
             self._observe(write, applied)
-        d, t, a = write.delivery, write.transition, write.attempt
-        counted = tally(write, applied).counted
-        if counted is not None:
-            self.counts[counted] += 1
-        if not applied:
-            log.warning("claim lost key=%s attempt=%d outcome=%s: the row changed under us; not applied",
-                        d.dedupe_key, a.attempt, a.outcome)
-            return
-        if t.given_back:  # not an attempt: neither counted nor logged as a retry
-            log.debug("given back key=%s untried: %s", d.dedupe_key, a.error)
-            return
-        if t.status is Status.SENT and not log.isEnabledFor(logging.DEBUG):
-            return
-        extra = f" retry_at={t.scheduled_at.isoformat()}" if t.status is Status.PENDING and t.scheduled_at else ""
-        level = {Status.SENT: logging.DEBUG, Status.PENDING: logging.INFO}.get(t.status, logging.WARNING)
-        log.log(level, "%s key=%s attempt=%d transport=%s outcome=%s code=%s%s%s", t.status.value, d.dedupe_key,
-                a.attempt, a.transport, a.outcome, a.reply_code or "-", extra,
-                f" error={a.error!r}" if a.error and t.status is not Status.SENT else "")
-
+        tallied = tally(write, applied)
+        if tallied.counted is not None:
+            self.counts[tallied.counted] += 1
+        log_email(write, tallied)

@@ -10,14 +10,24 @@
 * ``--log-format json``: one JSON object per line with ``time`` (UTC, ISO 8601),
   ``level``, ``logger``, ``message``, every ``extra=`` field, and ``exception``
   when there is one. Under journald the ``<N>`` prefix goes in front of each object.
+
+A line per recorded email makes a line's cost part of the daemon's cost per email
+(bench/README.md states it): the formatters make a timestamp's seconds once per
+second, the JSON one encodes with one encoder made once, :func:`configure_logging`
+turns off what no format here shows (the caller's file and line, thread and process
+names: the logging HOWTO's "Optimization"), and its handler writes the lines logged
+in one turn of the event loop with one write (:class:`TurnStreamHandler`).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
 import os
 import sys
+import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import IO, Any, Literal
@@ -66,12 +76,36 @@ def extra_fields(record: logging.LogRecord) -> dict[str, Any]:
     return {k: v for k, v in vars(record).items() if k not in _RECORD_ATTRIBUTES and not k.startswith("_")}
 
 
+class TextFormatter(logging.Formatter):
+    """The standard formatter, its timestamp's date and time made once per second."""
+
+    _second, _stamp = -1, ""
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+        if datefmt is not None:
+            return super().formatTime(record, datefmt)
+        second = int(record.created)
+        if second != self._second:
+            self._second, self._stamp = second, time.strftime(self.default_time_format, self.converter(second))
+        return f"{self._stamp},{int(record.msecs):03d}"  # the standard formatter's default_msec_format
+
+
 class JsonFormatter(logging.Formatter):
     """One JSON object per record, on one line."""
 
+    _second, _stamp = -1, ""
+    _encoder = json.JSONEncoder(default=str, ensure_ascii=False)  # json.dumps with options makes one per call
+
+    def utc_time(self, record: logging.LogRecord) -> str:
+        """``2026-01-01T12:00:00.000+00:00``, its seconds made once per second."""
+        second = int(record.created)
+        if second != self._second:
+            self._second, self._stamp = second, datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+        return f"{self._stamp}.{int(record.msecs):03d}+00:00"
+
     def format(self, record: logging.LogRecord) -> str:
         data: dict[str, Any] = {
-            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "time": self.utc_time(record),
             "level": record.levelname,
             "logger": record.name,
             "message": record.getMessage(),
@@ -82,7 +116,7 @@ class JsonFormatter(logging.Formatter):
             data["exception"] = self.formatException(record.exc_info)
         if record.stack_info:
             data["stack"] = self.formatStack(record.stack_info)
-        return json.dumps(data, default=str, ensure_ascii=False)
+        return self._encoder.encode(data)
 
 
 class JournalFormatter(logging.Formatter):
@@ -97,13 +131,65 @@ class JournalFormatter(logging.Formatter):
         return "\n".join(prefix + line for line in self.inner.format(record).splitlines() or [""])
 
 
+class TurnStreamHandler(logging.StreamHandler[IO[str]]):
+    """A stream handler that writes the lines logged in one turn of the running event loop together,
+    with one write and flush when the turn ends (the recorder logs a line per email of its batch, and a
+    write per line cost more than making it). Outside a running loop (another thread, no loop, at exit)
+    every line is written at once, after any still waiting, so their order is kept. Lines waiting when
+    the process is killed outright are lost: at most one turn's."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        super().__init__(stream)
+        self._waiting: list[str] = []
+        self._turn: asyncio.AbstractEventLoop | None = None  # the loop whose turn's end will write them
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            line = self.format(record) + self.terminator
+        except Exception:  # noqa: BLE001 (logging's own rule: a record that cannot be formatted is reported, not raised)
+            self.handleError(record)
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        if loop is None or loop.is_closed():
+            self._waiting.append(line)
+            self.flush()
+            return
+        if self._turn is not loop:  # (a loop closed before its turn ended leaves lines to the next)
+            self._turn = loop
+            loop.call_soon(self._end_of_turn)
+        self._waiting.append(line)
+
+    def _end_of_turn(self) -> None:
+        with self.lock or contextlib.nullcontext():
+            self._turn = None
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the waiting lines and flush the stream (called with the handler's lock held)."""
+        if self._waiting:
+            text, self._waiting = "".join(self._waiting), []
+            try:
+                self.stream.write(text)
+            except Exception:  # noqa: BLE001 (as StreamHandler.emit: reported, not raised)
+                self.handleError(logging.makeLogRecord({"msg": "could not write log lines"}))
+        super().flush()
+
+    def close(self) -> None:
+        with self.lock or contextlib.nullcontext():
+            self.flush()
+        super().close()
+
+
 def make_formatter(log_format: LogFormat, *, journal: bool) -> logging.Formatter:
     if log_format not in LOG_FORMATS:
         raise ValueError(f"log format {log_format!r}: expected one of {', '.join(LOG_FORMATS)}")
     if log_format == "json":
         inner: logging.Formatter = JsonFormatter()
     else:
-        inner = logging.Formatter(JOURNAL_TEXT_FORMAT if journal else TEXT_FORMAT)
+        inner = TextFormatter(JOURNAL_TEXT_FORMAT if journal else TEXT_FORMAT)
     return JournalFormatter(inner) if journal else inner
 
 
@@ -111,7 +197,7 @@ def configure_logging(level: str | int = "INFO", log_format: LogFormat = "text",
                       environ: Mapping[str, str] | None = None) -> logging.Handler:
     """Replace the root logger's handlers with one that writes to ``stream`` (stderr)."""
     stream = sys.stderr if stream is None else stream
-    handler = logging.StreamHandler(stream)
+    handler = TurnStreamHandler(stream)
     handler.setFormatter(make_formatter(log_format, journal=writes_to_journal(stream, environ)))
     root = logging.getLogger()
     for old in list(root.handlers):
@@ -119,5 +205,8 @@ def configure_logging(level: str | int = "INFO", log_format: LogFormat = "text",
         old.close()
     root.addHandler(handler)
     root.setLevel(level)
+    # gathered for every record and shown by no format here
+    logging._srcfile = None  # the caller's file and line (a walk up the stack per record)
+    logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
     logging.getLogger("httpx").setLevel(logging.WARNING)  # httpx logs every request at INFO; we log outcomes
     return handler

@@ -26,7 +26,7 @@ from outbox_mailer.transports.smtp import SmtpTransport
 from tests.console_harness import Client, served_console
 from tests.in_process_daemon import Running, settings_for
 from tests.provider_server import ProviderServer
-from tests.smtp_server import free_port
+from tests.smtp_server import SmtpTestServer, free_port
 
 
 @pytest.fixture
@@ -45,6 +45,21 @@ async def cli(*args: str) -> int:
 async def insert(store: Store, key: str, **cols: Any) -> None:
     row = {"to_addresses": ["to@example.com"], "subject": "hello", "text_body": "body", **cols, "dedupe_key": key}
     assert await store.enqueue(row) is not None
+
+
+async def abandon_at_shutdown(running: Callable[..., Any], store: Store, smtp_server: SmtpTestServer,
+                              key: str) -> Running:
+    """A daemon stopped while the send of a new row ``key`` waits for its DATA reply past the grace period:
+    the send is cut off and the row left 'sending' for a rescuer (the server's delay stays scripted)."""
+    smtp_server.delay("DATA", 1.5)
+    await insert(store, key)
+    r: Running = await running(shutdown_grace_seconds=0.2)
+    await r.wait_for(lambda rows: rows.get(key, {}).get("status") == "sending", [key])
+    r.daemon.stop()
+    with anyio.fail_after(5):
+        while r.daemon.in_flight:
+            await anyio.sleep(0.05)
+    return r
 
 
 @dataclass(frozen=True, slots=True)

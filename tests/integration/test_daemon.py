@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import email
 import email.policy
-import logging
 from typing import Any
 
 import anyio
@@ -12,7 +11,7 @@ import pytest
 
 from outbox_mailer.errors import DatabaseError
 from outbox_mailer.store import Store
-from tests.integration.conftest import insert
+from tests.integration.conftest import abandon_at_shutdown, insert
 from tests.smtp_server import SmtpTestServer
 
 pytestmark = pytest.mark.anyio
@@ -168,14 +167,7 @@ async def test_stop_finishes_in_flight_sends_and_records_them(
 async def test_stop_after_grace_leaves_the_row_to_the_rescuer(
     running: Any, store: Store, smtp_server: SmtpTestServer, db_url: str
 ) -> None:
-    smtp_server.delay("DATA", 1.5)
-    await insert(store, "stuck")
-    r = await running(shutdown_grace_seconds=0.2)
-    await r.wait_for(lambda rows: rows.get("stuck", {}).get("status") == "sending", ["stuck"])
-    r.daemon.stop()
-    with anyio.fail_after(5):
-        while r.daemon.in_flight:
-            await anyio.sleep(0.05)
+    await abandon_at_shutdown(running, store, smtp_server, "stuck")
     await anyio.sleep(0.2)
     [row] = await store.status(["stuck"])
     assert row["status"] == "sending", "an abandoned send keeps its row; nothing is lost"
@@ -242,15 +234,3 @@ async def test_an_idle_daemon_holds_no_advisory_locks(running: Any, store: Store
             [row] = await store.fetch(LOCKS_OF_KEYS, "idle%")
             locks = row["n"]
     assert locks == 0, "an idle daemon still holds advisory locks of rows already recorded"
-
-
-async def test_sent_rows_log_at_debug_and_retries_at_info(
-    running: Any, store: Store, smtp_server: SmtpTestServer, caplog: pytest.LogCaptureFixture
-) -> None:
-    caplog.set_level(logging.DEBUG, logger="outbox_mailer")
-    smtp_server.fail("RCPT", "451 4.7.1 greylisted", times=1)
-    await insert(store, "grey-log")
-    r = await running()
-    await r.final("grey-log")
-    lines = [(rec.levelno, rec.getMessage()) for rec in caplog.records if "key=grey-log" in rec.getMessage()]
-    assert [(level, msg.split()[0]) for level, msg in lines] == [(logging.INFO, "pending"), (logging.DEBUG, "sent")]

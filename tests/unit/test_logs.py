@@ -2,20 +2,30 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import logging
 import os
 import re
+import threading
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO
 
+import anyio
+import anyio.lowlevel
 import pytest
 
 from outbox_mailer import cli
-from outbox_mailer.serving.logs import configure_logging, syslog_priority, writes_to_journal
+from outbox_mailer.serving.logs import (
+    JsonFormatter,
+    TextFormatter,
+    configure_logging,
+    syslog_priority,
+    writes_to_journal,
+)
 
 TIMESTAMP = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}"
 
@@ -24,7 +34,9 @@ TIMESTAMP = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}"
 def restore_root_logger() -> Iterator[None]:
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level
+    gathered = logging._srcfile, logging.logThreads, logging.logProcesses, logging.logMultiprocessing
     yield
+    logging._srcfile, logging.logThreads, logging.logProcesses, logging.logMultiprocessing = gathered
     for h in list(root.handlers):
         root.removeHandler(h)
     for h in handlers:
@@ -167,3 +179,81 @@ def test_cli_has_a_global_log_format_option(monkeypatch: pytest.MonkeyPatch,
         cli.main(["--log-format", "xml", "migrate"])
     assert exc.value.code == 2
     assert "--log-format" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("created", [1767225600.0, 1767225600.999, 1767225601.0005, 1767225601.5, 1798761599.25])
+def test_timestamps_made_once_a_second_read_as_made_afresh(created: float) -> None:
+    text, js = TextFormatter(), JsonFormatter()
+    for at in (created - 1, created):  # the formatters keep the previous second's text
+        record = logging.makeLogRecord({"created": at, "msecs": (at - int(at)) * 1000})
+        assert text.formatTime(record) == logging.Formatter().formatTime(record)
+        assert json.loads(js.format(record))["time"] == datetime.fromtimestamp(at, UTC).isoformat(
+            timespec="milliseconds")
+
+
+class Writes(io.StringIO):
+    """A stream that keeps what each write call was given."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[str] = []
+
+    def write(self, text: str) -> int:
+        self.writes.append(text)
+        return super().write(text)
+
+
+@pytest.mark.anyio
+async def test_the_lines_of_one_turn_of_the_event_loop_are_written_with_one_write() -> None:
+    stream = Writes()
+    configure_logging("INFO", "text", stream=stream, environ={})
+    log = logging.getLogger("outbox_mailer")
+    for i in range(3):
+        log.info("line %d", i)
+    await anyio.lowlevel.checkpoint()
+    log.info("next turn")
+    await anyio.lowlevel.checkpoint()
+    assert [[line.split(": ", 1)[1] for line in w.splitlines()] for w in stream.writes] == [
+        ["line 0", "line 1", "line 2"], ["next turn"]]
+
+
+@pytest.mark.anyio
+async def test_a_line_from_another_thread_comes_after_the_lines_waiting_for_the_end_of_the_turn() -> None:
+    stream = Writes()
+    configure_logging("INFO", "text", stream=stream, environ={})
+    log = logging.getLogger("outbox_mailer")
+    log.info("first, in the loop")
+    thread = threading.Thread(target=log.info, args=("second, from a thread",))
+    thread.start()
+    thread.join()  # the loop's turn has not ended
+    assert [line.split(": ", 1)[1] for line in stream.getvalue().splitlines()] == [
+        "first, in the loop", "second, from a thread"]
+
+
+@pytest.mark.anyio
+async def test_lines_still_waiting_are_written_when_the_handler_is_replaced() -> None:
+    stream = Writes()
+    configure_logging("INFO", "text", stream=stream, environ={})
+    logging.getLogger("outbox_mailer").info("waiting")
+    configure_logging("INFO", "text", stream=io.StringIO(), environ={})
+    assert stream.getvalue().endswith(": waiting\n")
+
+
+def test_lines_left_by_a_loop_that_closed_mid_turn_go_out_with_the_next_loops() -> None:
+    stream = Writes()
+    configure_logging("INFO", "text", stream=stream, environ={})
+    log = logging.getLogger("outbox_mailer")
+
+    first = asyncio.new_event_loop()
+    first.call_soon(log.info, "left by the first loop")
+    first.call_soon(first.stop)  # the loop stops in the turn that logged, and closes
+    first.run_forever()
+    first.close()
+
+    async def log_and_turn(text: str) -> None:
+        log.info(text)
+        await asyncio.sleep(0)
+
+    asyncio.run(log_and_turn("from the second"))
+    assert [line.split(": ", 1)[1] for line in stream.getvalue().splitlines()] == [
+        "left by the first loop", "from the second"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from outbox_mailer.daemon.metrics import Metrics
-from outbox_mailer.daemon.recorder import Counted, tally
+from outbox_mailer.daemon.tally import Counted, tally
 from outbox_mailer.decide import RetryPolicy, decide
 from outbox_mailer.delivery import Delivery, Outcome
 from outbox_mailer.settings.config import Settings
