@@ -15,14 +15,12 @@ A line per recorded email makes a line's cost part of the daemon's cost per emai
 (bench/README.md states it): the formatters make a timestamp's seconds once per
 second, the JSON one encodes with one encoder made once, :func:`configure_logging`
 turns off what no format here shows (the caller's file and line, thread and process
-names: the logging HOWTO's "Optimization"), and its handler writes the lines logged
-in one turn of the event loop with one write (:class:`TurnStreamHandler`).
+names: the logging HOWTO's "Optimization"). Each line is written when it is logged: the
+last line before a hang or a kill is the one an operator needs.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import logging
 import os
@@ -131,58 +129,6 @@ class JournalFormatter(logging.Formatter):
         return "\n".join(prefix + line for line in self.inner.format(record).splitlines() or [""])
 
 
-class TurnStreamHandler(logging.StreamHandler[IO[str]]):
-    """A stream handler that writes the lines logged in one turn of the running event loop together,
-    with one write and flush when the turn ends (the recorder logs a line per email of its batch, and a
-    write per line cost more than making it). Outside a running loop (another thread, no loop, at exit)
-    every line is written at once, after any still waiting, so their order is kept. Lines waiting when
-    the process is killed outright are lost: at most one turn's."""
-
-    def __init__(self, stream: IO[str]) -> None:
-        super().__init__(stream)
-        self._waiting: list[str] = []
-        self._turn: asyncio.AbstractEventLoop | None = None  # the loop whose turn's end will write them
-
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            line = self.format(record) + self.terminator
-        except Exception:  # noqa: BLE001 (logging's own rule: a record that cannot be formatted is reported, not raised)
-            self.handleError(record)
-            return
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            loop = None
-        if loop is None or loop.is_closed():
-            self._waiting.append(line)
-            self.flush()
-            return
-        if self._turn is not loop:  # (a loop closed before its turn ended leaves lines to the next)
-            self._turn = loop
-            loop.call_soon(self._end_of_turn)
-        self._waiting.append(line)
-
-    def _end_of_turn(self) -> None:
-        with self.lock or contextlib.nullcontext():
-            self._turn = None
-            self.flush()
-
-    def flush(self) -> None:
-        """Write the waiting lines and flush the stream (called with the handler's lock held)."""
-        if self._waiting:
-            text, self._waiting = "".join(self._waiting), []
-            try:
-                self.stream.write(text)
-            except Exception:  # noqa: BLE001 (as StreamHandler.emit: reported, not raised)
-                self.handleError(logging.makeLogRecord({"msg": "could not write log lines"}))
-        super().flush()
-
-    def close(self) -> None:
-        with self.lock or contextlib.nullcontext():
-            self.flush()
-        super().close()
-
-
 def make_formatter(log_format: LogFormat, *, journal: bool) -> logging.Formatter:
     if log_format not in LOG_FORMATS:
         raise ValueError(f"log format {log_format!r}: expected one of {', '.join(LOG_FORMATS)}")
@@ -197,7 +143,7 @@ def configure_logging(level: str | int = "INFO", log_format: LogFormat = "text",
                       environ: Mapping[str, str] | None = None) -> logging.Handler:
     """Replace the root logger's handlers with one that writes to ``stream`` (stderr)."""
     stream = sys.stderr if stream is None else stream
-    handler = TurnStreamHandler(stream)
+    handler = logging.StreamHandler(stream)
     handler.setFormatter(make_formatter(log_format, journal=writes_to_journal(stream, environ)))
     root = logging.getLogger()
     for old in list(root.handlers):
