@@ -1,18 +1,20 @@
 """The claim loop: claim due rows while there is room, route each, wait for work when there is none.
 
-Each turn: beat the watchdog; work out the turn's claims (:meth:`Claimer._claims`);
-if none is worth making (the send budget, :class:`InFlight`, or every open
-transport's lane is full), wait for a slot; otherwise make them, hold the rows
-in flight, fail at once the ones that cannot be sent, and queue the others on
-their transport's lane.
+Each turn: beat the watchdog; work out the turn's claims; if none is worth
+making (the send budget, :class:`InFlight`, or every open transport's lane is
+full), wait for a slot; otherwise make them, hold the rows in flight, fail at
+once the ones that cannot be sent, and queue the others on their transport's
+lane.
 
-``concurrency`` counts requests (inflight.py): a batching lane (a provider's
+``concurrency`` counts requests (inflight.py). A batching lane (a provider's
 batch endpoint) takes up to ``batch_limit`` rows a request, so it gets a claim
-of its own, of the transports routed to it alone, sized by its room; one more
-claim takes rows for the other lanes, at most what the requests left would
-carry one row each. A claim that came back short is not made again until work
-may be due (a NOTIFY, a retry) or the poll interval has passed; its lane's rows
-still come with the other claim meanwhile.
+of its own, of the transports routed to it alone, whenever a quarter of what it
+can hold is free (a batch at a time at the defaults): a claim per request slot,
+never a few rows that would spend a request of a rate on a small batch. One
+more claim takes rows for the lanes that send singly, at most what the requests
+left would carry one row each. A claim that came back short is not made again
+until work may be due (a NOTIFY, a retry) or the poll interval has passed, so a
+lane without rows costs no statement a turn.
 
 A lane's room under a shared rate is what the requests that rate starts within
 a new claim's start window would carry (none while its next request slot is
@@ -50,7 +52,7 @@ from .sessions import DaemonSessions
 log = logging.getLogger("outbox_mailer")
 
 DUE_BUT_UNCLAIMABLE_RECHECK_SECONDS = 0.1
-OTHER_LANES = NO_LANE  # the name of the claim for the lanes that send singly (and batching lanes without one)
+OTHER_LANES = NO_LANE  # the name of the claim for the lanes that send singly
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,7 +139,7 @@ class Claimer:
             own = self._lanes[lane]
             full = min(own.capacity, self.settings.concurrency * own.batch_limit)
         else:
-            capacity = sum(lane.capacity for lane in self._lanes.values()) or self.settings.concurrency
+            capacity = sum(lane.capacity for lane in self._singles().values()) or self.settings.concurrency
             full = min(self.settings.concurrency, capacity)
         return max(1, min(full, 4 * self.settings.batch_size) // 4)
 
@@ -164,14 +166,24 @@ class Claimer:
         want = min(self.settings.batch_size, self._room(name, self._lanes[name]), self._inflight.room_on(name))
         return Claim(name, want, sorted(leave_out))
 
-    def _other_claim(self, own: list[str]) -> Claim:
-        """The claim for every other lane: rows a request each, at most what the requests left carry and
-        what the open lanes can take (with no lane, every row fails as an unknown transport)."""
+    def _singles(self) -> dict[str, Lane]:
+        """The lanes that send singly."""
+        return {name: lane for name, lane in self._lanes.items() if lane.batch_limit == 1}
+
+    def _other_claim(self) -> Claim | None:
+        """The claim for the lanes that send singly: a row a request, at most what the requests left carry
+        and what those lanes can take (with no lane at all, every row fails as an unknown transport). The
+        batching lanes' rows are left to their own claims, which wait for a batch's worth of room. None:
+        every lane batches."""
+        if self._lanes and not self._singles():
+            return None
         now = monotonic()
-        leave_out = {t for t in self._gates if self.ctx.routes.route(t, now) in own} | set(self._unclaimable())
-        room = sum(self._room(name, lane) for name, lane in self._lanes.items()
-                   if name not in own and not self._gates[name].is_paused(now)) if self._lanes else self._inflight.room
-        return Claim(OTHER_LANES, min(self.settings.batch_size, self._inflight.room, room), sorted(leave_out))
+        leave_out = {t for t in self._gates
+                     if (lane := self._lanes.get(self.ctx.routes.route(t, now))) is not None and lane.batch_limit > 1}
+        room = sum(self._room(name, lane) for name, lane in self._singles().items()
+                   if not self._gates[name].is_paused(now)) if self._lanes else self._inflight.room
+        return Claim(OTHER_LANES, min(self.settings.batch_size, self._inflight.room, room),
+                     sorted(leave_out | set(self._unclaimable())))
 
     async def run(self) -> None:
         """Claim until stopped; then every later outcome is unlocked right after its write."""
@@ -186,7 +198,7 @@ class Claimer:
             await self._liveness.beat_or_wedge()
             # a send frees its slot when it returns; its outcome may still wait for the recorder
             own = self._own_claims()
-            other = None if self._came_back_short(OTHER_LANES) else self._other_claim(own)
+            other = None if self._came_back_short(OTHER_LANES) else self._other_claim()
             if other is not None and other.want < self._worthwhile_claim():
                 other = None
             if not own and other is None:
@@ -205,8 +217,8 @@ class Claimer:
             session = None
             for name in [*own, *([OTHER_LANES] if other is not None else [])]:
                 # each claim sized when it is made: the rows of the one before are held by then
-                claim = self._claim_of(name) if name != OTHER_LANES else self._other_claim(own)
-                if claim.want < 1:
+                claim = self._claim_of(name) if name != OTHER_LANES else self._other_claim()
+                if claim is None or claim.want < 1:
                     continue
                 try:
                     session = await self._db.claim_session()
@@ -231,7 +243,7 @@ class Claimer:
         """Some claim is not made this turn for lack of room (not because it found nothing lately): a
         freed slot, not a NOTIFY, is what it waits for."""
         now = monotonic()
-        if other is None and not self._came_back_short(OTHER_LANES):
+        if other is None and not self._came_back_short(OTHER_LANES) and (self._singles() or not self._lanes):
             return True
         return any(lane.batch_limit > 1 and name not in own and not self._gates[name].is_paused(now)
                    and not self._came_back_short(name) for name, lane in self._lanes.items())

@@ -3,7 +3,8 @@
 Through a Resend-like server limited to 2 requests/s, a daemon left at its default concurrency sends
 batches of a hundred, not of eight (the batch sizes the server received); beside an SMTP transport,
 every lane's rows held stay within the documented bound (``2 x CONCURRENCY`` requests' worth, one row
-a request on a lane that sends singly), counted at every claim.
+a request on a lane that sends singly), counted at every claim, and the SMTP lane's claims take no
+Resend rows that would go out in small batches.
 """
 
 from __future__ import annotations
@@ -118,5 +119,6 @@ async def test_rows_held_beside_a_batching_lane_stay_within_twice_concurrency_re
         assert max(s["smtp"] for s in samples) <= 2 * DEFAULT_CONCURRENCY, "a row a request on the SMTP lane"
         assert max(s["resend"] for s in samples) > 2 * DEFAULT_CONCURRENCY, "the Resend lane held batches"
         assert len(smtp_server.messages) == 200
+        assert batch_sizes(server) == [100] * 6, "a claim per request slot: no request spent on a few rows"
     finally:
         server.stop()
