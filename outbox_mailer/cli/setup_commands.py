@@ -10,7 +10,8 @@ import anyio
 from ..errors import DatabaseError, TransportUnavailable
 from ..message.staging import StagingGuard
 from ..settings.checks import fallback_setting, parse_listen_address
-from ..settings.config import Settings, SmtpSettings
+from ..settings.config import Settings
+from ..settings.transports import SmtpSettings
 from ..store import Store
 from ..store.grants import grant_statements
 from ..store.migrations import expected_schema_version

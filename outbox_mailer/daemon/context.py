@@ -21,7 +21,8 @@ from typing import Protocol
 from ..clock import monotonic, utc_now
 from ..decide import RetryPolicy, decide
 from ..delivery import BatchOutcome, Cause, Delivery, Outcome, OutcomeKind, Transport
-from ..settings.config import ApiTransportSettings, Settings
+from ..settings.config import Settings
+from ..settings.transports import ApiTransportSettings
 from ..store import AttemptRecord, OutcomeWrite, Recipients
 from ..tracing.spans import Tracing, configured
 from .email_log import FAILOVER, email_fields

@@ -12,7 +12,8 @@ from __future__ import annotations
 from ..delivery import Transport
 from ..message.addresses import parse_address
 from ..message.dkim_signing import DkimSigner
-from ..settings.config import Settings, SmtpTransportSettings
+from ..settings.config import Settings
+from ..settings.transports import SmtpTransportSettings
 from ..transports.api.http import HttpApiTransport
 from ..transports.smtp import SmtpTransport
 

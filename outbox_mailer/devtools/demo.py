@@ -17,7 +17,8 @@ from pydantic import SecretStr
 
 from ..daemon.service import Daemon
 from ..daemon.transport_factory import probe_sender
-from ..settings.config import RetrySettings, Settings, SmtpSettings
+from ..settings.config import RetrySettings, Settings
+from ..settings.transports import SmtpSettings
 from ..store import Store
 from ..store.migrations import load_migrations
 from ..transports.smtp import SmtpTransport

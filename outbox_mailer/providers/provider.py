@@ -88,7 +88,7 @@ class Provider(Protocol):
     """A provider API as pure functions: request building and response interpretation.
 
     The class attributes are the provider's entry in :mod:`outbox_mailer.providers.registry`
-    and what the settings (:class:`outbox_mailer.settings.config.ApiTransportSettings`) derive from it.
+    and what the settings (:class:`outbox_mailer.settings.transports.ApiTransportSettings`) derive from it.
     """
 
     kind: ClassVar[str]  # OUTBOX_MAILER_TRANSPORTS__<NAME>__KIND

@@ -19,7 +19,8 @@ from anyio.abc import TaskStatus
 from outbox_mailer.cli import main
 from outbox_mailer.daemon.metrics import Metrics
 from outbox_mailer.daemon.service import Daemon
-from outbox_mailer.settings.config import ApiTransportSettings, Settings
+from outbox_mailer.settings.config import Settings
+from outbox_mailer.settings.transports import ApiTransportSettings
 from outbox_mailer.store import Store
 from outbox_mailer.transports.api.http import HttpApiTransport
 from outbox_mailer.transports.smtp import SmtpTransport

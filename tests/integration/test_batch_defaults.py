@@ -19,7 +19,8 @@ import pytest
 
 from outbox_mailer.daemon.service import Daemon
 from outbox_mailer.delivery import Transport
-from outbox_mailer.settings.config import ApiTransportSettings, Settings
+from outbox_mailer.settings.config import Settings
+from outbox_mailer.settings.transports import ApiTransportSettings
 from outbox_mailer.store import OutcomeWrite
 from outbox_mailer.transports.api.http import HttpApiTransport
 from outbox_mailer.transports.smtp import SmtpTransport

@@ -17,7 +17,7 @@ import pytest
 
 from outbox_mailer.clock import monotonic
 from outbox_mailer.daemon.service import Daemon
-from outbox_mailer.settings.config import ApiTransportSettings
+from outbox_mailer.settings.transports import ApiTransportSettings
 from outbox_mailer.store import ClaimSession
 from outbox_mailer.transports.api.http import HttpApiTransport
 from tests.in_process_daemon import settings_for

@@ -15,7 +15,7 @@ import pytest
 
 from outbox_mailer.daemon.service import Daemon
 from outbox_mailer.delivery import OutcomeKind, Status
-from outbox_mailer.settings.config import ApiTransportSettings
+from outbox_mailer.settings.transports import ApiTransportSettings
 from outbox_mailer.store import ClaimSession, Store
 from outbox_mailer.transports.api.http import HttpApiTransport
 from outbox_mailer.transports.smtp import SmtpTransport

@@ -21,7 +21,7 @@ import pytest
 from outbox_mailer.delivery import BatchOutcome, Cause, ComposedMessage, Delivery, SendSingly
 from outbox_mailer.message.compose import compose
 from outbox_mailer.providers.seam import batch_idempotency_key
-from outbox_mailer.settings.config import ApiTransportSettings
+from outbox_mailer.settings.transports import ApiTransportSettings
 from outbox_mailer.transports.api.http import HttpApiTransport
 from tests.integration.conftest import TOKEN
 from tests.message_ids import claimed_message_id

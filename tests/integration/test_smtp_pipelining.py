@@ -29,7 +29,7 @@ import anyio
 import pytest
 
 from outbox_mailer.delivery import ComposedMessage, Delivery, Outcome, OutcomeKind, RefusedRecipient
-from outbox_mailer.settings.config import SmtpSettings
+from outbox_mailer.settings.transports import SmtpSettings
 from outbox_mailer.transports.smtp import SmtpTransport
 from tests.message_ids import claimed_message_id
 from tests.smtp_server import running_smtp_server

@@ -20,7 +20,7 @@ from aiosmtpd.smtp import AuthResult, LoginPassword
 
 from outbox_mailer.delivery import ComposedMessage, Delivery, Outcome, OutcomeKind, RefusedRecipient
 from outbox_mailer.errors import TransportUnavailable
-from outbox_mailer.settings.config import SmtpSettings
+from outbox_mailer.settings.transports import SmtpSettings
 from outbox_mailer.transports.smtp import SmtpTransport
 from tests.message_ids import claimed_message_id
 from tests.smtp_server import SmtpTestServer, free_port, make_self_signed_cert, running_smtp_server

@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, SecretStr
 
-from outbox_mailer.settings.config import ApiTransportSettings, Settings
+from outbox_mailer.settings.config import Settings
+from outbox_mailer.settings.transports import ApiTransportSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 UNITS = ROOT / "systemd"

@@ -40,7 +40,7 @@ import pytest
 from outbox_mailer.delivery import Cause, ComposedMessage, Delivery, Outcome, Transport, idempotency_key
 from outbox_mailer.message.compose import compose
 from outbox_mailer.providers.registry import API_PROVIDERS, in_house
-from outbox_mailer.settings.config import ApiTransportSettings, SmtpSettings
+from outbox_mailer.settings.transports import ApiTransportSettings, SmtpSettings
 from outbox_mailer.transports.api.http import HttpApiTransport
 from outbox_mailer.transports.smtp import SmtpTransport
 from tests.message_ids import claimed_message_id

@@ -29,12 +29,12 @@ from outbox_mailer.providers.provider import (
     split_address,
     string_values,
 )
-from outbox_mailer.providers.registry import API_PROVIDERS, PROVIDERS
+from outbox_mailer.providers.registry import API_PROVIDERS, PROVIDERS, TRANSPORT_KINDS
 from outbox_mailer.providers.resend import ResendApi, tags
 from outbox_mailer.providers.seam import parse_retry_after, resend_safe_until
 from outbox_mailer.providers.sendgrid import SendGridApi
 from outbox_mailer.providers.webhook import WebhookApi, signature, verify
-from outbox_mailer.settings.config import API_DEFAULT_BASE_URLS, TRANSPORT_KINDS, ApiTransportSettings
+from outbox_mailer.settings.transports import API_DEFAULT_BASE_URLS, ApiTransportSettings
 from outbox_mailer.transports.api.http import provider_for
 from tests.message_ids import claimed_message_id
 

@@ -41,7 +41,7 @@ from ...providers.provider import ApiRequest, ApiResponse, Provider, ProviderOpt
 from ...providers.registry import API_PROVIDERS, in_house
 from ...providers.seam import AUTH_PAUSE_SECONDS, one_line, resend_safe_until
 from ...redaction import redacted_url
-from ...settings.config import ApiTransportSettings
+from ...settings.transports import ApiTransportSettings
 
 __all__ = ["HttpApiTransport", "provider_for"]
 

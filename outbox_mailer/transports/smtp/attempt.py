@@ -44,7 +44,7 @@ from aiosmtplib import (
 
 from ...delivery import ComposedMessage, Outcome, OutcomeKind, RefusedRecipient
 from ...providers.seam import one_line
-from ...settings.config import SmtpSettings
+from ...settings.transports import SmtpSettings
 from . import replies
 from .wire import Reply, Wire, WireError, frame_body
 

@@ -73,7 +73,7 @@ from ...delivery_events.bounce_tags import BounceAddress, day_of
 from ...errors import CompositionError, TransportUnavailable
 from ...message.dkim_signing import DkimSigner
 from ...providers.seam import one_line
-from ...settings.config import SmtpSettings
+from ...settings.transports import SmtpSettings
 from .attempt import LIBRARY_ERRORS, Attempt, Connection, SetupError, describe
 from .envelope import address_problem, envelope_problem, listed_index, probe_recipient
 from .replies import account_refusal, classify_reply, each_recipient
