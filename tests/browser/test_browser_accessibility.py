@@ -84,6 +84,9 @@ async def mailbox_is_back(store: SqlStore, smtp_server: SmtpTestServer) -> None:
 async def keyboard_sign_in(page: Any, user: str = "olga") -> None:
     """Type into the login page's fields (the first has the focus), Tab between them, press Enter."""
     await page.goto("/login")
+    # autofocus is applied once the page has loaded, which may come after goto returns: wait for the focus
+    # to land somewhere (bounded by playwright's timeout), then check where
+    await page.wait_for_function("document.activeElement !== null && document.activeElement !== document.body")
     assert (await focused(page))["text"] == "username"  # autofocus
     await page.keyboard.press("Shift+Tab")
     assert (await focused(page))["text"] == "Skip to content"
