@@ -129,6 +129,10 @@ WITH released AS (
 )
 SELECT * FROM claimed ORDER BY priority DESC, scheduled_at, id;
 
+-- name: wake_claimers
+-- Wake every daemon's claim loop (the channel the insert trigger notifies): an outcome write of this session made a row due now, which no trigger announces for it (schema 26).
+SELECT pg_notify('outbox_mailer', '');
+
 -- name: release_locks
 -- Release this session's advisory locks of the given dedupe keys (after their outcome committed).
 SELECT count(*) FILTER (WHERE pg_advisory_unlock(outbox_mailer_lock_key(k)))
@@ -192,8 +196,9 @@ WITH decided AS (
     ON CONFLICT (delivery_id, attempt, started_at) DO NOTHING
 )
 -- quoted: an event that matched no row quotes this outcome's provider id or Message-ID (it came before
--- it; two probes of the partial indexes of such events, schema 20): the recorder matches it next
-SELECT u.id,
+-- it; two probes of the partial indexes of such events, schema 20): the recorder matches it next;
+-- due: the row waits again and is due now (a claim given back untried): the session wakes the claimers
+SELECT u.id, u.status = 'pending' AND u.scheduled_at <= now() AS due,
        EXISTS (SELECT 1 FROM email_delivery_events v
                WHERE v.delivery_id IS NULL AND v.quoted_provider_message_id = o.provider_message_id)
        OR EXISTS (SELECT 1 FROM email_delivery_events v
