@@ -151,6 +151,8 @@ class ClaimSession(RescueQueries):
         async with self._lock:
             with translate_errors():
                 rows = await self._conn.fetch(sql("record_outcomes"), *args)
+                if any(r["due"] for r in rows):  # the trigger that announced it skips this session
+                    await self._conn.execute(sql("wake_claimers"))
             quoted = {r["id"] for r in rows if r["quoted"]}
             self.quoted.extend(w for w in writes if w.delivery.id in quoted)
             self._not_relocked.difference_update(w.delivery.dedupe_key for w in writes)

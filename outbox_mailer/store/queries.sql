@@ -36,14 +36,12 @@ CASE WHEN d.first_attempt_at IS NULL OR d.message_id IS NULL THEN
 ELSE d.message_id END
 
 -- fragment: claimed_row
--- The columns of a claimed row, as store/rows.py decodes them; d is the row, lim.max_bytes the daemon's content limit (the content of a larger row is left out), mid the Message-ID key (fragment first_message_id). Timestamps as date_part's float8 epoch: extract() would compute a numeric first, a third of the claim's CPU.
+-- The columns of a claimed row but its message_id, as store/rows.py decodes them; d is the row, lim.max_bytes the daemon's content limit (the content of a larger row is left out). Timestamps as date_part's float8 epoch: extract() would compute a numeric first, a third of the claim's CPU.
 d.id, d.dedupe_key, d.claim_token, d.attempts, d.max_attempts, d.transport, d.priority,
 date_part('epoch', d.scheduled_at) AS scheduled_at,
 date_part('epoch', d.expires_at) AS expires_at,
 date_part('epoch', d.created_at) AS created_at,
 date_part('epoch', d.first_attempt_at) AS first_attempt_at,
--- include: first_message_id
-AS message_id,
 -- a retried row with an attempt whose outcome was unknown: the transport the latest such attempt went to
 CASE WHEN d.attempts > 1 THEN (
     SELECT a.transport FROM email_delivery_attempts a
@@ -124,10 +122,14 @@ WITH released AS (
     FROM (SELECT $7::bigint AS max_bytes) lim,
          (SELECT $8::bytea AS inner_pad, $9::bytea AS outer_pad, $10::text AS default_from, $11::text AS fallback) mid
     WHERE d.id = ANY (ARRAY(SELECT delivery_id FROM locked))
-    RETURNING
+    RETURNING d.message_id,  -- the new row's: the expression above is computed once
         -- include: claimed_row
 )
 SELECT * FROM claimed ORDER BY priority DESC, scheduled_at, id;
+
+-- name: wake_claimers
+-- Wake every daemon's claim loop (the channel the insert trigger notifies): an outcome write of this session made a row due now, which no trigger announces for it (schema 26).
+SELECT pg_notify('outbox_mailer', '');
 
 -- name: release_locks
 -- Release this session's advisory locks of the given dedupe keys (after their outcome committed).
@@ -166,7 +168,7 @@ WITH decided AS (
         updated_at = now()
     FROM decided o
     WHERE d.id = ANY ($1::bigint[]) AND d.id = o.delivery_id AND d.status = 'sending' AND d.claim_token = o.claim_token
-    RETURNING d.id, d.status, d.scheduled_at
+    RETURNING d.id, d.status, d.scheduled_at, o.provider_message_id, o.message_id  -- (the last two: the outcome's)
 ), dequeued AS (
     -- settled rows leave the queue; a row to retry waits there again, with its new schedule
     -- (= ANY(ARRAY(...)) keeps both on the queue's primary key whatever the plan's row estimate)
@@ -192,13 +194,14 @@ WITH decided AS (
     ON CONFLICT (delivery_id, attempt, started_at) DO NOTHING
 )
 -- quoted: an event that matched no row quotes this outcome's provider id or Message-ID (it came before
--- it; two probes of the partial indexes of such events, schema 20): the recorder matches it next
-SELECT u.id,
+-- it; two probes of the partial indexes of such events, schema 20): the recorder matches it next;
+-- due: the row waits again and is due now (a claim given back untried): the session wakes the claimers
+SELECT u.id, u.status = 'pending' AND u.scheduled_at <= now() AS due,
        EXISTS (SELECT 1 FROM email_delivery_events v
-               WHERE v.delivery_id IS NULL AND v.quoted_provider_message_id = o.provider_message_id)
+               WHERE v.delivery_id IS NULL AND v.quoted_provider_message_id = u.provider_message_id)
        OR EXISTS (SELECT 1 FROM email_delivery_events v
-                  WHERE v.delivery_id IS NULL AND v.quoted_message_id = o.message_id) AS quoted
-FROM updated u JOIN decided o ON o.delivery_id = u.id;
+                  WHERE v.delivery_id IS NULL AND v.quoted_message_id = u.message_id) AS quoted
+FROM updated u;
 
 -- name: record_attempts
 -- Write attempts of rows that stay as they are (a batch given up to a rescuer after an ambiguous answer); the rows' outcome is written when they are settled.
@@ -256,6 +259,8 @@ WITH stale AS (
     SELECT delivery_id FROM mates WHERE pg_try_advisory_lock(lock_key)
 )
 SELECT
+    -- include: first_message_id
+    AS message_id,
     -- include: claimed_row
     , d.claimed_at, d.claimed_by, b.batch_id,
     (SELECT count(*) FROM email_queue m WHERE m.batch_id = b.batch_id) AS batch_rows,

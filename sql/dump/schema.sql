@@ -179,33 +179,11 @@ BEGIN
         PERFORM email_deliveries_refuse_hostile(NEW.subject, NEW.from_address, NEW.reply_to, NEW.to_addresses,
             NEW.cc_addresses, NEW.bcc_addresses, NEW.headers, NEW.attachments);
     END IF;
-    IF NEW.traceparent IS NOT NULL THEN
+    IF NEW.traceparent IS NOT NULL THEN  -- as schema 25 checks it
         PERFORM email_deliveries_check_traceparent(NEW.traceparent);
     END IF;
+    PERFORM email_deliveries_check_states(NEW);
     RETURN NEW;
-END;
-$_$;
-
-
---
--- Name: email_deliveries_check_traceparent(text); Type: FUNCTION; Schema: public; Owner: -
---
-
-CREATE FUNCTION public.email_deliveries_check_traceparent(value text) RETURNS void
-    LANGUAGE plpgsql
-    AS $_$
-BEGIN
-    IF value !~ '^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$' THEN
-        PERFORM email_deliveries_refuse_field('email_deliveries_traceparent_valid', 'traceparent',
-            'traceparent ' || left(to_jsonb(value)::text, 80)
-            || ': W3C Trace Context, 00-<32 hex trace-id>-<16 hex parent-id>-<2 hex flags>, lower case');
-    ELSIF substr(value, 4, 32) = repeat('0', 32) THEN
-        PERFORM email_deliveries_refuse_field('email_deliveries_traceparent_valid', 'traceparent',
-            'traceparent ' || to_jsonb(value)::text || ': an all-zero trace-id is invalid');
-    ELSIF substr(value, 37, 16) = repeat('0', 16) THEN
-        PERFORM email_deliveries_refuse_field('email_deliveries_traceparent_valid', 'traceparent',
-            'traceparent ' || to_jsonb(value)::text || ': an all-zero parent-id is invalid');
-    END IF;
 END;
 $_$;
 
@@ -256,14 +234,7 @@ CREATE TABLE public.email_deliveries (
     delivery_event text,
     delivery_event_at timestamp with time zone,
     ignore_suppressions boolean DEFAULT false NOT NULL,
-    traceparent text,
-    CONSTRAINT email_deliveries_attempts_valid CHECK (((attempts >= 0) AND ((max_attempts IS NULL) OR (max_attempts >= 1)))),
-    CONSTRAINT email_deliveries_claimed_iff_sending CHECK (((status = 'sending'::text) = ((claim_token IS NOT NULL) AND (claimed_at IS NOT NULL)))),
-    CONSTRAINT email_deliveries_delivery_event_valid CHECK ((delivery_event = ANY (ARRAY['delivered'::text, 'delayed'::text, 'bounced'::text, 'complained'::text]))),
-    CONSTRAINT email_deliveries_scheduled_at_range CHECK (((scheduled_at >= '1900-01-01 00:00:00+00'::timestamp with time zone) AND (scheduled_at < '9999-01-01 00:00:00+00'::timestamp with time zone))),
-    CONSTRAINT email_deliveries_sent_iff_sent_at CHECK (((status = 'sent'::text) = (sent_at IS NOT NULL))),
-    CONSTRAINT email_deliveries_status_valid CHECK ((status = ANY (ARRAY['pending'::text, 'sending'::text, 'sent'::text, 'failed'::text, 'cancelled'::text, 'in_doubt'::text]))),
-    CONSTRAINT email_deliveries_updated_at_range CHECK (((updated_at >= '1900-01-01 00:00:00+00'::timestamp with time zone) AND (updated_at < '9999-01-01 00:00:00+00'::timestamp with time zone)))
+    traceparent text
 )
 WITH (autovacuum_vacuum_scale_factor='0.01', autovacuum_vacuum_threshold='1000', autovacuum_vacuum_insert_scale_factor='0.05', autovacuum_analyze_scale_factor='0.02', autovacuum_vacuum_cost_delay='1', fillfactor='50');
 
@@ -336,6 +307,71 @@ COMMENT ON COLUMN public.email_deliveries.ignore_suppressions IS 'Application-ow
 --
 
 COMMENT ON COLUMN public.email_deliveries.traceparent IS 'application-owned: W3C traceparent of the span that enqueued the email (null: none); checked at INSERT';
+
+
+--
+-- Name: email_deliveries_check_states(public.email_deliveries); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.email_deliveries_check_states(d public.email_deliveries) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    -- the former CHECK constraints, by name (the order PostgreSQL evaluated them in); a null result
+    -- passes, as it passed a CHECK
+    IF (d.attempts >= 0 AND (d.max_attempts IS NULL OR d.max_attempts >= 1)) IS FALSE THEN
+        PERFORM email_deliveries_refuse('email_deliveries_attempts_valid');
+    END IF;
+    IF ((d.status = 'sending') = (d.claim_token IS NOT NULL AND d.claimed_at IS NOT NULL)) IS FALSE THEN
+        PERFORM email_deliveries_refuse('email_deliveries_claimed_iff_sending');
+    END IF;
+    IF (d.delivery_event IN ('delivered', 'delayed', 'bounced', 'complained')) IS FALSE THEN
+        PERFORM email_deliveries_refuse('email_deliveries_delivery_event_valid');
+    END IF;
+    IF (d.scheduled_at >= '1900-01-01 00:00+00' AND d.scheduled_at < '9999-01-01 00:00+00') IS FALSE THEN
+        PERFORM email_deliveries_refuse('email_deliveries_scheduled_at_range');
+    END IF;
+    IF ((d.status = 'sent') = (d.sent_at IS NOT NULL)) IS FALSE THEN
+        PERFORM email_deliveries_refuse('email_deliveries_sent_iff_sent_at');
+    END IF;
+    IF (d.status IN ('pending', 'sending', 'sent', 'failed', 'cancelled', 'in_doubt')) IS FALSE THEN
+        PERFORM email_deliveries_refuse('email_deliveries_status_valid');
+    END IF;
+    IF (d.updated_at >= '1900-01-01 00:00+00' AND d.updated_at < '9999-01-01 00:00+00') IS FALSE THEN
+        PERFORM email_deliveries_refuse('email_deliveries_updated_at_range');
+    END IF;
+END;
+$$;
+
+
+--
+-- Name: FUNCTION email_deliveries_check_states(d public.email_deliveries); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.email_deliveries_check_states(d public.email_deliveries) IS 'outbox-mailer: the rules of the columns the daemon writes, checked at INSERT and at other sessions'' UPDATEs (schema 26)';
+
+
+--
+-- Name: email_deliveries_check_traceparent(text); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.email_deliveries_check_traceparent(value text) RETURNS void
+    LANGUAGE plpgsql
+    AS $_$
+BEGIN
+    IF value !~ '^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$' THEN
+        PERFORM email_deliveries_refuse_field('email_deliveries_traceparent_valid', 'traceparent',
+            'traceparent ' || left(to_jsonb(value)::text, 80)
+            || ': W3C Trace Context, 00-<32 hex trace-id>-<16 hex parent-id>-<2 hex flags>, lower case');
+    ELSIF substr(value, 4, 32) = repeat('0', 32) THEN
+        PERFORM email_deliveries_refuse_field('email_deliveries_traceparent_valid', 'traceparent',
+            'traceparent ' || to_jsonb(value)::text || ': an all-zero trace-id is invalid');
+    ELSIF substr(value, 37, 16) = repeat('0', 16) THEN
+        PERFORM email_deliveries_refuse_field('email_deliveries_traceparent_valid', 'traceparent',
+            'traceparent ' || to_jsonb(value)::text || ': an all-zero parent-id is invalid');
+    END IF;
+END;
+$_$;
 
 
 --
@@ -476,20 +512,6 @@ BEGIN
     IF EXISTS (SELECT 1 FROM new_rows WHERE status = 'pending' AND scheduled_at <= now()) THEN
         PERFORM pg_notify('outbox_mailer', '');
     END IF;
-    RETURN NULL;
-END;
-$$;
-
-
---
--- Name: email_deliveries_notify_requeued(); Type: FUNCTION; Schema: public; Owner: -
---
-
-CREATE FUNCTION public.email_deliveries_notify_requeued() RETURNS trigger
-    LANGUAGE plpgsql
-    AS $$
-BEGIN
-    PERFORM pg_notify('outbox_mailer', '');
     RETURN NULL;
 END;
 $$;
@@ -710,15 +732,23 @@ CREATE FUNCTION public.email_deliveries_sync_queue() RETURNS trigger
     SET search_path TO '$user', 'public'
     AS $$
 BEGIN
-    IF NEW.status IN ('pending', 'sending') THEN
-        INSERT INTO email_queue (delivery_id, priority, scheduled_at, transport, claimed_at)
-        VALUES (NEW.id, NEW.priority, NEW.scheduled_at, NEW.transport,
-                CASE WHEN NEW.status = 'sending' THEN NEW.claimed_at END)
-        ON CONFLICT (delivery_id) DO UPDATE
-            SET priority = EXCLUDED.priority, scheduled_at = EXCLUDED.scheduled_at,
-                transport = EXCLUDED.transport, claimed_at = EXCLUDED.claimed_at, batch_id = NULL;
-    ELSE
-        DELETE FROM email_queue WHERE delivery_id = NEW.id;
+    PERFORM email_deliveries_check_states(NEW);
+    IF OLD.status IS DISTINCT FROM NEW.status OR OLD.scheduled_at IS DISTINCT FROM NEW.scheduled_at
+       OR OLD.priority IS DISTINCT FROM NEW.priority OR OLD.transport IS DISTINCT FROM NEW.transport
+       OR OLD.dedupe_key IS DISTINCT FROM NEW.dedupe_key THEN
+        IF NEW.status IN ('pending', 'sending') THEN
+            INSERT INTO email_queue (delivery_id, priority, scheduled_at, transport, claimed_at)
+            VALUES (NEW.id, NEW.priority, NEW.scheduled_at, NEW.transport,
+                    CASE WHEN NEW.status = 'sending' THEN NEW.claimed_at END)
+            ON CONFLICT (delivery_id) DO UPDATE
+                SET priority = EXCLUDED.priority, scheduled_at = EXCLUDED.scheduled_at,
+                    transport = EXCLUDED.transport, claimed_at = EXCLUDED.claimed_at, batch_id = NULL;
+        ELSE
+            DELETE FROM email_queue WHERE delivery_id = NEW.id;
+        END IF;
+    END IF;
+    IF NEW.status = 'pending' AND NEW.scheduled_at <= now() THEN
+        PERFORM pg_notify('outbox_mailer', '');  -- a row made due now: wake the claimers
     END IF;
     RETURN NULL;
 END;
@@ -1659,13 +1689,6 @@ CREATE TRIGGER email_deliveries_notify_insert AFTER INSERT ON public.email_deliv
 
 
 --
--- Name: email_deliveries email_deliveries_notify_requeue; Type: TRIGGER; Schema: public; Owner: -
---
-
-CREATE TRIGGER email_deliveries_notify_requeue AFTER UPDATE ON public.email_deliveries FOR EACH ROW WHEN (((new.status = 'pending'::text) AND (new.scheduled_at <= now()))) EXECUTE FUNCTION public.email_deliveries_notify_requeued();
-
-
---
 -- Name: email_deliveries email_deliveries_recheck_content; Type: TRIGGER; Schema: public; Owner: -
 --
 
@@ -1683,7 +1706,7 @@ CREATE TRIGGER email_deliveries_recheck_traceparent AFTER UPDATE OF traceparent 
 -- Name: email_deliveries email_deliveries_sync_queue; Type: TRIGGER; Schema: public; Owner: -
 --
 
-CREATE TRIGGER email_deliveries_sync_queue AFTER UPDATE ON public.email_deliveries FOR EACH ROW WHEN (((((((old.status IS DISTINCT FROM new.status) OR (old.scheduled_at IS DISTINCT FROM new.scheduled_at)) OR (old.priority IS DISTINCT FROM new.priority)) OR (old.transport IS DISTINCT FROM new.transport)) OR (old.dedupe_key IS DISTINCT FROM new.dedupe_key)) AND (((old.status <> 'sending'::text) AND (new.status <> 'sending'::text)) OR (current_setting('outbox_mailer.keeps_queue'::text, true) IS DISTINCT FROM 'on'::text)))) EXECUTE FUNCTION public.email_deliveries_sync_queue();
+CREATE TRIGGER email_deliveries_sync_queue AFTER UPDATE OF status, scheduled_at, priority, transport, dedupe_key, sent_at, claim_token, claimed_at, attempts, max_attempts, delivery_event, updated_at ON public.email_deliveries FOR EACH ROW WHEN ((current_setting('outbox_mailer.keeps_queue'::text, true) IS DISTINCT FROM 'on'::text)) EXECUTE FUNCTION public.email_deliveries_sync_queue();
 
 
 --

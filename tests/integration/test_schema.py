@@ -71,3 +71,47 @@ def test_duplicate_dedupe_key_is_ignored_with_on_conflict(db_url: str) -> None:
     assert "INSERT 0 0" in out.stdout
     plain = insert(db_url)
     assert plain.returncode != 0 and "email_deliveries_dedupe_key_key" in plain.stderr
+
+
+def psql(url: str, statement: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["psql", "-X", "-v", "ON_ERROR_STOP=1", "-v", "VERBOSITY=verbose", "-At", url, "-c", statement],
+                          capture_output=True, text=True)
+
+
+def test_the_daemons_updates_evaluate_no_check_constraint(db_url: str) -> None:
+    # PostgreSQL prepares and evaluates every CHECK of a table in each statement that updates it, whatever
+    # the columns it sets: the rules live in the INSERT trigger and in other sessions' UPDATE trigger
+    checks = psql(db_url, "SELECT string_agg(conname, ' ') FROM pg_constraint "
+                          "WHERE conrelid = 'email_deliveries'::regclass AND contype = 'c'")
+    assert checks.returncode == 0, checks.stderr
+    assert checks.stdout.strip() == ""
+
+
+@pytest.mark.parametrize(
+    ("assignment", "constraint"),
+    [
+        ("status = 'queued'", "email_deliveries_status_valid"),
+        ("status = 'sent'", "email_deliveries_sent_iff_sent_at"),
+        ("sent_at = now()", "email_deliveries_sent_iff_sent_at"),
+        ("status = 'sending'", "email_deliveries_claimed_iff_sending"),
+        ("claim_token = gen_random_uuid(), claimed_at = now()", "email_deliveries_claimed_iff_sending"),
+        ("max_attempts = 0", "email_deliveries_attempts_valid"),
+        ("attempts = -1", "email_deliveries_attempts_valid"),
+        ("delivery_event = 'opened'", "email_deliveries_delivery_event_valid"),
+        ("scheduled_at = 'infinity'", "email_deliveries_scheduled_at_range"),
+        ("updated_at = '10000-01-01'", "email_deliveries_updated_at_range"),
+    ],
+)
+def test_an_update_outside_the_daemon_is_refused_by_the_rules_name(db_url: str, assignment: str,
+                                                                    constraint: str) -> None:
+    assert insert(db_url).returncode == 0
+    result = psql(db_url, f"UPDATE email_deliveries SET {assignment} WHERE dedupe_key = 'k1'")
+    assert result.returncode != 0
+    assert "23514" in result.stderr and constraint in result.stderr
+
+
+def test_a_valid_update_outside_the_daemon_keeps_the_queue(db_url: str) -> None:
+    assert insert(db_url).returncode == 0
+    done = psql(db_url, "UPDATE email_deliveries SET status = 'cancelled', updated_at = now() WHERE dedupe_key = 'k1'")
+    assert done.returncode == 0, done.stderr
+    assert psql(db_url, "SELECT count(*) FROM email_queue").stdout.strip() == "0"

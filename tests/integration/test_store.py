@@ -208,6 +208,10 @@ async def test_insert_and_requeue_notify_listeners_and_nothing_else_does(db_url:
         [again] = await session.claim_due(1, "w")
         write = OutcomeWrite(again, later, write_for(again, Status.PENDING).attempt)
         assert await notifications(session.record_outcomes([write])) == 0, "a retry for later: the timer covers it"
+        [back] = await session.claim_due(1, "w")
+        untried = Transition(Status.PENDING, refund_attempt=True, given_back=True)
+        assert await notifications(session.record_outcomes([OutcomeWrite(back, untried, write.attempt)])) == 1, \
+            "a claim given back untried is due now"
         assert await notifications(store.cancel("k10")) == 0
         assert await notifications(store.retry("k10", 3)) == 1, "requeued and due now"
         requeue_many = store.execute("UPDATE email_deliveries SET status = 'pending', claim_token = NULL, "
