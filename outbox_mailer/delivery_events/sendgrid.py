@@ -42,11 +42,8 @@ import binascii
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from functools import lru_cache
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
 from pydantic import field_validator
 
 from .model import (
@@ -61,6 +58,9 @@ from .model import (
     check_timestamp,
     json_body,
 )
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric import ec
 
 PROVIDER = "sendgrid"
 SIGNATURE_HEADER = "x-twilio-email-event-webhook-signature"
@@ -84,6 +84,11 @@ def load_public_key(text: str) -> ec.EllipticCurvePublicKey:
 
     Raises ValueError for anything but a P-256 public key: a configuration error, not a refusal.
     """
+    # cryptography (~50 ms to import) only where a key is read: the settings import this module
+    from cryptography.exceptions import UnsupportedAlgorithm
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
     try:
         if "-----BEGIN" in text:
             key = serialization.load_pem_public_key(text.strip().encode("ascii"))
@@ -102,6 +107,10 @@ def verify(headers: Mapping[str, str], body: bytes, public_key: str, now: dateti
     ``headers`` may be any mapping (names are compared case-insensitively); ``body`` the raw bytes.
     Raises ValueError when ``public_key`` itself is unusable (see :func:`load_public_key`).
     """
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec
+
     key = load_public_key(public_key)
     lowered = {name.lower(): value for name, value in headers.items()}
     signature, timestamp = lowered.get(SIGNATURE_HEADER), lowered.get(TIMESTAMP_HEADER)

@@ -54,10 +54,6 @@ from collections.abc import Awaitable, Callable, Collection
 from datetime import datetime
 from typing import Any, ClassVar
 
-from cryptography import x509
-from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
-from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.asymmetric import padding, rsa
 from pydantic import field_validator
 
 from .model import (
@@ -86,7 +82,7 @@ SIGNED_FIELDS: dict[str, tuple[str, ...]] = {
     "UnsubscribeConfirmation": _CONFIRMATION_FIELDS,
 }
 _OPTIONAL_FIELDS = frozenset({"Subject"})
-SIGNATURE_HASHES: dict[str, Callable[[], hashes.HashAlgorithm]] = {"1": hashes.SHA1, "2": hashes.SHA256}
+SIGNATURE_HASHES = {"1": "SHA1", "2": "SHA256"}  # SignatureVersion -> the hash of cryptography's hashes module
 
 # SES event type -> (kind, the object that holds the recipients)
 KINDS: dict[str, tuple[Kind, str]] = {
@@ -142,8 +138,14 @@ async def verify(body: bytes, topic_arns: Collection[str],
     if envelope["TopicArn"] not in topic_arns:
         raise Unauthenticated("TopicArn is not one of the configured topics")
     version = envelope.get("SignatureVersion")
-    algorithm = SIGNATURE_HASHES.get(version) if isinstance(version, str) else None
-    if algorithm is None:
+    # cryptography (~50 ms to import) only where a signature is checked: the settings import this module
+    from cryptography import x509
+    from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import padding, rsa
+
+    hash_name = SIGNATURE_HASHES.get(version) if isinstance(version, str) else None
+    if hash_name is None:
         raise Unauthenticated("SignatureVersion is neither 1 nor 2")
     signature_text = envelope.get("Signature")
     if not isinstance(signature_text, str):
@@ -161,7 +163,8 @@ async def verify(body: bytes, topic_arns: Collection[str],
     if not isinstance(key, rsa.RSAPublicKey):
         raise Unauthenticated("the signing certificate has no RSA key")
     try:
-        key.verify(signature, signed, padding.PKCS1v15(), algorithm())
+        algorithm: hashes.HashAlgorithm = getattr(hashes, hash_name)()
+        key.verify(signature, signed, padding.PKCS1v15(), algorithm)
     except (InvalidSignature, ValueError):
         raise Unauthenticated("Signature does not match the message") from None
     return envelope
