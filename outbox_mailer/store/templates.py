@@ -12,7 +12,9 @@ from collections import OrderedDict
 from typing import Any
 
 import anyio
+import asyncpg
 
+from ..errors import NotFound
 from ..templating.render import TemplateVersion
 from .admin import Store
 from .connection import SessionLimits
@@ -41,9 +43,12 @@ class TemplateStore(Store):
 
     async def template(self, name: str, locale: str | None, version: int | None) -> TemplateVersion:
         """The version a row naming ``name`` with ``locale`` and ``version`` would render (the INSERT's
-        resolution); DatabaseError naming the template when there is none."""
+        resolution); NotFound naming what is missing when there is none."""
         async with self._conn() as conn:
-            resolved = await conn.fetchrow(sql("resolve_template"), name, locale, version)
+            try:
+                resolved = await conn.fetchrow(sql("resolve_template"), name, locale, version)
+            except asyncpg.CheckViolationError as exc:
+                raise NotFound(name, exc.message.partition(": ")[2]) from exc
             assert resolved is not None  # the function raises rather than return nothing
             row = await conn.fetchrow(sql("template_version"), name, resolved["locale"], resolved["version"])
         return _version(row)
