@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncpg
 import pytest
 
+from outbox_mailer.store import Store
+
 pytestmark = pytest.mark.anyio
 
 ADD = """INSERT INTO email_templates (name, locale, version, subject, text_body, created_by)
@@ -100,3 +102,21 @@ async def test_an_update_naming_a_version_that_does_not_exist_is_refused(own_con
     with pytest.raises(asyncpg.CheckViolationError) as raised:
         await own_conn.execute("UPDATE email_deliveries SET template_version = 9 WHERE dedupe_key = 'row'")
     assert raised.value.constraint_name == "email_deliveries_template_known"
+
+
+async def test_retention_scrubs_a_template_rows_data_with_the_bodies(own_conn: asyncpg.Connection, db_url: str) -> None:
+    await add(own_conn, "welcome", "en", "Hello")
+    await resolved(own_conn, "old-template", "welcome", data='{"iban": "DE00 1234"}')
+    await own_conn.execute("INSERT INTO email_deliveries (dedupe_key, to_addresses, subject, text_body) "
+                           "VALUES ('old-plain', ARRAY['ann@example.com'], 'Hi', 'secret body')")
+    await own_conn.execute("UPDATE email_deliveries SET status = 'sent', sent_at = now(), "
+                           "created_at = now() - interval '2 days', updated_at = now() - interval '2 days'")
+    store = await Store.open(db_url)
+    try:
+        assert await store.scrub_batch(86_400, 10) == 2
+    finally:
+        await store.close()
+    rows = {r["dedupe_key"]: r for r in await own_conn.fetch(
+        "SELECT dedupe_key, text_body, template_data FROM email_deliveries")}
+    assert (rows["old-template"]["text_body"], rows["old-template"]["template_data"]) == (None, "{}")
+    assert (rows["old-plain"]["text_body"], rows["old-plain"]["template_data"]) == ("", None)
