@@ -15,6 +15,7 @@ import pytest
 
 from outbox_mailer.store import Store
 from tests.smtp_server import SmtpTestServer
+from tests.spamassassin import require_spamassassin, score_all
 
 pytestmark = pytest.mark.anyio
 
@@ -128,3 +129,24 @@ async def test_a_rescued_row_renders_the_version_pinned_at_insert_to_the_same_by
     assert rows["s1"]["status"] == "sent"
     cut_off, resent = (m.data for m in smtp_server.messages)
     assert undated(cut_off) == undated(resent) and b"Version one: 7" in resent
+
+
+async def test_spamassassin_scores_a_rendered_template_row_as_it_scores_the_same_plain_row(
+        running: Any, store: Store, smtp_server: SmtpTestServer) -> None:
+    require_spamassassin()
+    text = "Hello Ana,\n\nyour order 1042 has shipped. It should arrive on Thursday.\n\nThe shop team\n"
+    html = "<p>Hello Ana,</p><p>your order 1042 has shipped. It should arrive on Thursday.</p><p>The shop team</p>"
+    await add(store, "shipped", "Your order {{ order }} has shipped", text.replace("1042", "{{ order }}"),
+              html.replace("1042", "{{ order }}"))
+    await named(store, "rendered", "shipped", {"order": 1042})
+    await store.execute("INSERT INTO email_deliveries (dedupe_key, to_addresses, subject, text_body, html_body) "
+                        "VALUES ('plain', ARRAY['ann@example.com'], 'Your order 1042 has shipped', $1, $2)",
+                        text, html)
+    rows = await (await running()).final("rendered", "plain")
+    assert {r["status"] for r in rows.values()} == {"sent"}
+    messages = {parsed(m.data)["Message-ID"]: m.data for m in smtp_server.accepted}
+    ids = {r["dedupe_key"]: r["message_id"] for r in await store.fetch(
+        "SELECT dedupe_key, message_id FROM email_deliveries")}
+    verdicts = score_all({key: messages[ids[key]] for key in ("rendered", "plain")})
+    assert verdicts["rendered"].score == verdicts["plain"].score, verdicts
+    assert verdicts["rendered"].rules == verdicts["plain"].rules
