@@ -1,6 +1,6 @@
 """PostgreSQL's CPU per email for the two hot statements alone: claim_due + record_outcomes.
 
-    .venv/bin/python bench/statement_cost.py [ROWS [BATCH]]
+    .venv/bin/python bench/statement_cost.py [ROWS [BATCH [plain|template]]]
 
 A throwaway cluster, ROWS (20,000) pending rows with ~1.6 KB bodies, then one
 connection claims BATCH (100) at a time and records each batch as sent, as the daemon
@@ -8,7 +8,8 @@ does, without the daemon. Prints the backend's CPU (user + system, from
 /proc/PID/schedstat) per row, for the whole loop and for the claim alone; and the application's
 side, which work moved out of the hot statements may land on: the CPU of an INSERT of
 one row in its own transaction, measured over the first INSERTED (1,000) rows, each
-inserted so (the rest are inserted in one statement). To compare two
+inserted so (the rest are inserted in one statement). ``template``: the rows name a stored template
+(docs/templates.md) with ~1.6 KB of data instead of giving their own subject and bodies. To compare two
 checkouts, run it from each in turn, alternating, on the same machine:
 ``PYTHONPATH=OTHER_CHECKOUT .venv/bin/python bench/statement_cost.py``
 (older checkouts' record_outcomes took ``defer_release``; it is passed when present).
@@ -41,6 +42,17 @@ SELECT 'k' || g, ARRAY['user' || g || '@example.com'], 'Subject ' || g, repeat('
        '<p>' || repeat('html body ', 80) || '</p>'
 FROM generate_series($1::int, $2::int) g
 """
+KIND = sys.argv[3] if len(sys.argv) > 3 else "plain"
+TEMPLATE_INSERT = """
+INSERT INTO email_deliveries (dedupe_key, to_addresses, template, template_data, locale)
+SELECT 'k' || g, ARRAY['user' || g || '@example.com'], 'bench',
+       jsonb_build_object('n', g, 'text', repeat('text body ', 80), 'html', repeat('html body ', 80)), 'en-GB'
+FROM generate_series($1::int, $2::int) g
+"""
+ADD_TEMPLATE = """
+INSERT INTO email_templates (name, locale, version, subject, text_body, html_body, created_by)
+VALUES ('bench', 'en', 1, 'Subject {{ n }}', '{{ text }}', '<p>{{ html }}</p>', 'bench')
+"""
 
 
 def cpu_seconds(pid: int) -> float:
@@ -55,11 +67,15 @@ async def main() -> None:
         await store.close()
         app = await asyncpg.connect(pg.url)
         app_pid = await app.fetchval("SELECT pg_backend_pid()")
+        insert = INSERT
+        if KIND == "template":
+            await app.execute(ADD_TEMPLATE)
+            insert = TEMPLATE_INSERT
         before = cpu_seconds(app_pid)
         for g in range(1, INSERTED + 1):
-            await app.execute(INSERT, g, g)
+            await app.execute(insert, g, g)
         insert_cpu = cpu_seconds(app_pid) - before
-        await app.execute(INSERT, INSERTED + 1, ROWS)
+        await app.execute(insert, INSERTED + 1, ROWS)
         await app.execute("ANALYZE email_deliveries")
         await app.close()
         session = await ClaimSession.open(pg.url)

@@ -1,3 +1,4 @@
-from .cli import main
+from outbox_mailer.cli import main
 
-raise SystemExit(main())
+if __name__ == "__main__":  # not when a worker process (templating/worker.py) loads the main module again
+    raise SystemExit(main())

@@ -42,6 +42,16 @@ class OutcomeKind(enum.StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
+class TemplateRef:
+    """A row's stored template: the version its INSERT resolved, and the data it renders with (docs/templates.md)."""
+
+    name: str
+    locale: str
+    version: int
+    data: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
 class Delivery:
     """A row claimed by this process (status ``sending``, our claim token)."""
 
@@ -83,6 +93,9 @@ class Delivery:
     # the W3C traceparent the application enqueued it under (docs/tracing.md); None: not traced. As stored:
     # a value written past the INSERT's check is ignored by the tracing, never a reason to fail the row
     traceparent: str | None = None
+    # the stored template it names, rendered before composition into subject, text_body and html_body (which
+    # are empty until then); None: the row's own content
+    template: TemplateRef | None = None
 
 
 @dataclass(frozen=True, slots=True)

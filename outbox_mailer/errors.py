@@ -7,6 +7,7 @@ the rest of the code and the CLI only ever see this tree::
     OutboxMailerError
      ├── ConfigurationError        bad settings; CLI exit 2
      ├── CompositionError          a row that cannot become a message (.field)
+     ├── TemplateError             a template that does not compile or render (.reason); CLI exit 2
      ├── NotFound                  no row with that dedupe key, address, user (.key); CLI exit 1
      ├── InvalidTransition         the row is not in a state that allows it
      │    └── ContentRemoved       retry of a row whose content retention removed
@@ -41,6 +42,15 @@ class CompositionError(OutboxMailerError):
     def __init__(self, field: str, reason: str) -> None:
         super().__init__(f"{field}: {reason}")
         self.field = field
+        self.reason = reason
+
+
+class TemplateError(OutboxMailerError):
+    """A stored template that does not compile (``reason`` names its part, line and column), or a render
+    that failed or hit a limit (an undefined variable named, the time or memory limit, the size cap)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
         self.reason = reason
 
 

@@ -24,6 +24,7 @@ from ..errors import (
     NotFound,
     OutboxMailerError,
     SchemaMismatch,
+    TemplateError,
     TransportUnavailable,
 )
 from .input import UsageError
@@ -35,7 +36,7 @@ EXIT_CODES_HELP = ("exit codes: 0 ok, 1 not found or nothing done, 2 usage or co
 
 # Error -> exit code: the first row whose types match wins; any other error of the tree is 1.
 _EXIT_FOR_ERROR: tuple[tuple[tuple[type[OutboxMailerError], ...], int], ...] = (
-    ((ConfigurationError, UsageError, SchemaMismatch), EXIT_USAGE),
+    ((ConfigurationError, UsageError, SchemaMismatch, TemplateError), EXIT_USAGE),
     ((NotFound, InvalidTransition), EXIT_NOTHING),
     ((DatabaseUnavailable, TransportUnavailable), EXIT_UNREACHABLE),
 )

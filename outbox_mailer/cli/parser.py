@@ -14,14 +14,15 @@ from .pause_commands import register as register_pause_commands
 from .queue_commands import register as register_queue_commands
 from .service_commands import register as register_service_commands
 from .setup_commands import register as register_setup_commands
+from .template_commands import register as register_template_commands
 
 DESCRIPTION = "outbox-mailer: the transactional-email outbox daemon and its operator commands."
 
 # Each group's register(), in the order `outbox-mailer --help` lists the commands:
 # migrate run · status enqueue cancel resolve · list retry stats prune · webhooks ingest-dsn suppress
-# unsuppress suppressions events · pause resume · console console-user · grant check demo sink.
+# unsuppress suppressions events · pause resume · template · console console-user · grant check demo sink.
 GROUPS = (register_service_commands, register_email_commands, register_queue_commands, register_event_commands,
-          register_pause_commands, register_console_commands, register_setup_commands)
+          register_pause_commands, register_template_commands, register_console_commands, register_setup_commands)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -10,8 +10,10 @@ applies when it composes the message:
   them (``message/compose.py``); the content as bytes;
 * subject, dedupe key, transport: no control characters; a dedupe key of 1-255 characters, a transport name
   of 1-64 (the table's CHECKs);
-* bodies: text, html or both; no NUL character and nothing that is not Unicode (PostgreSQL's text holds
-  neither);
+* content: a subject with text, html or both; or instead a stored ``template`` (its name, 1-255 characters),
+  with ``template_data`` (a dict of JSON values, the template's only context) and a ``locale`` (``pt-BR``);
+  never both (docs/templates.md). The INSERT refuses a template that does not exist;
+* bodies: no NUL character and nothing that is not Unicode (PostgreSQL's text holds neither);
 * times: ``datetime`` with a time zone, from 1900 to before 9999 (the table's range);
 * priority a smallint, ``max_attempts`` a positive int4;
 * metadata: a dict of JSON values, nested at most 32 levels, numbers finite and within +/-1e300 (the table's
@@ -26,8 +28,9 @@ from __future__ import annotations
 
 import base64
 import math
+import re
 from collections.abc import Mapping, Sequence
-from dataclasses import InitVar, dataclass, field
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -53,7 +56,7 @@ MAX_JSON_LEVEL = 32  # the table refuses a JSON value more deeply nested (`stric
 MAX_JSON_NUMBER = 1e300
 EARLIEST = datetime(1900, 1, 1, tzinfo=UTC)  # the table's range for its times
 LATEST = datetime(9999, 1, 1, tzinfo=UTC)  # excluded
-NOT_YET = "templates are not available yet"
+LOCALE = re.compile(r"[A-Za-z]{2,8}(-[A-Za-z0-9]{1,8})*")  # the form email_templates' locales have (schema 27)
 T = TypeVar("T")
 
 
@@ -86,7 +89,7 @@ class Email:
 
     dedupe_key: str
     to: Sequence[str]
-    subject: str
+    subject: str | None = None  # with text, html or both; None: a template gives them
     text: str | None = None
     html: str | None = None
     cc: Sequence[str] = ()
@@ -103,17 +106,13 @@ class Email:
     max_attempts: int | None = None
     ignore_suppressions: bool = False
     traceparent: str | None = None  # the trace it belongs to; None: the current span's at enqueue, if any
-    template: InitVar[str | None] = None
-    template_data: InitVar[Mapping[str, Any] | None] = None
-    locale: InitVar[str | None] = None
+    template: str | None = None  # a stored template's name, instead of subject, text and html
+    template_data: Mapping[str, Any] | None = None  # its variables (None: {}); only with a template
+    locale: str | None = None  # pt-BR: then pt, then the template's default locale; only with a template
     row: dict[str, Any] = field(init=False, repr=False, compare=False)
     """The email as a row of ``email_deliveries``: column names, JSON values (what enqueue writes)."""
 
-    def __post_init__(self, template: str | None, template_data: Mapping[str, Any] | None,
-                      locale: str | None) -> None:
-        for name, given in (("template", template), ("template_data", template_data), ("locale", locale)):
-            if given is not None:
-                raise InvalidEmail(name, NOT_YET)
+    def __post_init__(self) -> None:
         try:
             row = _row(self)
         except CompositionError as exc:  # the composer's own check, which names the field as given here
@@ -131,8 +130,6 @@ def _row(email: Email) -> dict[str, Any]:
     if not to:
         raise InvalidEmail("to", "at least one recipient is required")
     text, html = _body(email.text, "text"), _body(email.html, "html")
-    if text is None and html is None:
-        raise InvalidEmail("text", "give text, html or both")
     return {
         "dedupe_key": _dedupe_key(email.dedupe_key),
         "from_address": _address(email.from_address, "from_address"),
@@ -140,9 +137,7 @@ def _row(email: Email) -> dict[str, Any]:
         "cc_addresses": _addresses(email.cc, "cc"),
         "bcc_addresses": _addresses(email.bcc, "bcc"),
         "reply_to": _address(email.reply_to, "reply_to"),
-        "subject": checked_text(email.subject, "subject"),
-        "text_body": text,
-        "html_body": html,
+        **_content(email, text, html),
         "headers": _headers(email.headers),
         "attachments": [_attachment(a, f"attachments[{i}]") for i, a in enumerate(_as_list(email.attachments))],
         "metadata": _metadata(email.metadata),
@@ -154,6 +149,32 @@ def _row(email: Email) -> dict[str, Any]:
         "ignore_suppressions": _boolean(email.ignore_suppressions, "ignore_suppressions"),
         "traceparent": _traceparent(email.traceparent),
     }
+
+
+def _content(email: Email, text: str | None, html: str | None) -> dict[str, Any]:
+    """The subject and bodies, or the template, its data and locale: one or the other (the INSERT's rule)."""
+    if email.template is None:
+        for name in ("template_data", "locale"):
+            if getattr(email, name) is not None:
+                raise InvalidEmail(name, "only with a template")
+        if text is None and html is None:
+            raise InvalidEmail("text", "give text, html or both (or a template)")
+        return {"subject": checked_text(email.subject, "subject"), "text_body": text, "html_body": html,
+                "template": None, "template_data": None, "locale": None}
+    for name in ("subject", "text", "html"):
+        if getattr(email, name) is not None:
+            raise InvalidEmail("template", f"give a template or a subject and body, not both ({name} is given)")
+    name = checked_text(email.template, "template")
+    if not 1 <= len(name) <= MAX_KEY_CHARS:
+        raise InvalidEmail("template", f"a template name has 1-{MAX_KEY_CHARS} characters")
+    locale: object = email.locale  # any value a caller passed, checked here
+    if locale is not None and not (isinstance(locale, str) and LOCALE.fullmatch(locale)):
+        raise InvalidEmail("locale", f"a locale like en or pt-BR, got {email.locale!r}")
+    data = {} if email.template_data is None else email.template_data
+    if not isinstance(data, Mapping):
+        raise InvalidEmail("template_data", f"expected a dict, got {type(data).__name__}")
+    return {"subject": None, "text_body": None, "html_body": None, "template": name,
+            "template_data": _json_object(data, "template_data", 0), "locale": email.locale}
 
 
 def dedupe_key_problem(value: str) -> str | None:

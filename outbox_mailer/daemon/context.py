@@ -24,6 +24,7 @@ from ..delivery import BatchOutcome, Cause, Delivery, Outcome, OutcomeKind, Tran
 from ..settings.config import Settings
 from ..settings.transports import ApiTransportSettings
 from ..store import AttemptRecord, OutcomeWrite, Recipients
+from ..store.templates import TemplateSources
 from ..tracing.spans import Tracing, configured
 from .email_log import FAILOVER, email_fields
 from .failover import CarrierLedger, Route, Routes
@@ -76,6 +77,7 @@ class DaemonContext:
         worker: str,
         default_transport: str,
         ledger: BatchLedger | None = None,
+        templates: TemplateSources | None = None,
         clock: Callable[[], datetime] = utc_now,
         rng: random.Random | None = None,
     ) -> None:
@@ -95,7 +97,7 @@ class DaemonContext:
             default_max_attempts=settings.max_attempts,
             in_doubt=settings.in_doubt,
         )
-        self.preparation = Preparation(settings)  # screened, guarded, composed; what it left out, by row
+        self.preparation = Preparation(settings, templates)  # rendered, screened, guarded, composed; what it left out
         self.message_ids = settings.message_id_key()  # what the claim computes Message-IDs with
         self.routes = Routes.of(settings, gates)
         self.tracing: Tracing | None = configured({

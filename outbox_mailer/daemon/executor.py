@@ -130,7 +130,7 @@ class Executor:
         screened: list[Delivery] = []  # as the request carries them: suppressed recipients left out
         messages: list[ComposedMessage] = []
         for delivery in deliveries:
-            prepared = self.ctx.preparation.screened(delivery, started)
+            prepared = await self.ctx.preparation.screened(delivery, started)
             if isinstance(prepared, Outcome):
                 self._finish(delivery, self.ctx.attempt_route(delivery, name), started, prepared)
             # after an unknown outcome (the row is pinned) a row goes singly: when that attempt went
@@ -245,7 +245,7 @@ class Executor:
                        message: ComposedMessage | None) -> tuple[Outcome, ComposedMessage | None]:
         """The outcome, and the message when one was composed (its Message-ID goes into the write)."""
         if message is None:
-            prepared = self.ctx.preparation.message(delivery, now)
+            prepared = await self.ctx.preparation.message(delivery, now)
             if isinstance(prepared, Outcome):
                 return prepared, None
             message = prepared

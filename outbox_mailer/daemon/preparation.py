@@ -1,4 +1,12 @@
-"""A claimed row made ready to send: screened for suppressions, held by the staging guard, composed.
+"""A claimed row made ready to send: its stored template rendered, screened for suppressions, held by the
+staging guard, composed.
+
+A row that names a template (docs/templates.md) is rendered first, into the subject and bodies that
+composition receives: its version (by the name, locale and version its INSERT recorded) comes from
+:class:`~outbox_mailer.store.templates.TemplateSources`, and the render runs in a worker process under the
+settings' limits (``templating/worker.py``). A render that fails (an undefined variable, a limit hit, the
+sandbox's refusal) fails the row permanently, without a network call; the rendered Subject is then checked by
+composition like any other.
 
 The recipients left out on the way (suppressed, a Bcc redirected) are kept by row id until the
 executor writes them on the attempt (:attr:`Preparation.dropped`).
@@ -6,33 +14,42 @@ executor writes them on the attempt (:attr:`Preparation.dropped`).
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import datetime
 
 from ..delivery import ComposedMessage, Delivery, Outcome, RefusedRecipient
 from ..delivery_events.suppression import screen
-from ..errors import CompositionError
+from ..errors import CompositionError, DatabaseError, TemplateError
 from ..message.compose import compose
 from ..message.staging import StagingGuard
 from ..settings.config import Settings
+from ..store.templates import TemplateSources
+from ..templating.worker import RenderLimits, render_isolated
 
 __all__ = ["Preparation"]
 
 
 class Preparation:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, templates: TemplateSources | None = None) -> None:
         self.settings = settings
+        self.templates = templates
+        self.limits = RenderLimits(settings.templates.render_timeout_seconds, settings.templates.memory_limit_bytes,
+                                   settings.max_message_bytes)
         self.guard = StagingGuard.of(settings.allowed_recipients, settings.redirect_to)
         self.dropped: dict[int, tuple[RefusedRecipient, ...]] = {}  # recipients left out (suppressed, a Bcc redirected)
 
-    def message(self, delivery: Delivery, now: datetime) -> ComposedMessage | Outcome:
-        prepared = self.screened(delivery, now)
+    async def message(self, delivery: Delivery, now: datetime) -> ComposedMessage | Outcome:
+        prepared = await self.screened(delivery, now)
         return prepared if isinstance(prepared, Outcome) else prepared[1]
 
-    def screened(self, delivery: Delivery, now: datetime) -> tuple[Delivery, ComposedMessage] | Outcome:
+    async def screened(self, delivery: Delivery, now: datetime) -> tuple[Delivery, ComposedMessage] | Outcome:
         """The row as screened for suppressions (what a batch records) and its message, or why not."""
         if delivery.expires_at is not None and delivery.expires_at <= now:
             return Outcome.unsendable(f"expired at {delivery.expires_at.isoformat()} before it could be sent")
-        screened = screen(delivery)
+        rendered = await self.rendered(delivery)
+        if isinstance(rendered, Outcome):
+            return rendered
+        screened = screen(rendered)
         if screened.refusal is not None:
             return screened.refusal
         if screened.dropped:
@@ -40,6 +57,27 @@ class Preparation:
         guarded = self.guarded(screened.delivery)
         message = guarded if isinstance(guarded, Outcome) else self.composed(guarded, now)
         return message if isinstance(message, Outcome) else (screened.delivery, message)
+
+    async def rendered(self, delivery: Delivery) -> Delivery | Outcome:
+        """The row with its template's version rendered into its subject and bodies (a row of its own content
+        as it is), or why not: a permanent failure, or the database away (the claim goes back, uncharged)."""
+        ref = delivery.template
+        if ref is None:
+            return delivery
+        if self.templates is None:
+            return Outcome.unsendable("template: this daemon reads no stored templates")
+        try:
+            version = await self.templates.get(ref.name, ref.locale, ref.version)
+        except DatabaseError as exc:
+            return Outcome.held_back(f"template: could not read {ref.name} version {ref.version}: {exc}")
+        if version is None:
+            return Outcome.unsendable(f"template: {ref.name!r} has no version {ref.version} in locale {ref.locale}")
+        try:
+            parts = await render_isolated(version, ref.data, self.limits)
+        except TemplateError as exc:
+            return Outcome.unsendable(f"{exc.reason} ({version.describe()})")
+        return dataclasses.replace(delivery, subject=parts.subject, text_body=parts.text_body,
+                                   html_body=parts.html_body)
 
     def guarded(self, delivery: Delivery) -> Delivery | Outcome:
         """The row as the staging guard lets it go (only allowed recipients, or redirected), or why not."""

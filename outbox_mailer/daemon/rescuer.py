@@ -100,7 +100,9 @@ class ClaimRescue:
         gate = self.ctx.gates[batch.transport]
         started = self.ctx.clock()
         sent_as = batch.as_sent(members)
-        guarded = [self.ctx.preparation.guarded(delivery) for delivery in sent_as]  # never past the staging guard
+        rendered = [await self.ctx.preparation.rendered(delivery) for delivery in sent_as]  # the recorded version
+        guarded = [r if isinstance(r, Outcome) else self.ctx.preparation.guarded(r)  # never past the staging guard
+                   for r in rendered]
         prepared = [g if isinstance(g, Outcome) else self.ctx.preparation.composed(g, started) for g in guarded]
         messages = [p for p in prepared if isinstance(p, ComposedMessage)]
         if len(messages) < len(prepared):

@@ -48,6 +48,7 @@ from ..settings.config import Settings
 from ..store import SessionLimits, Store
 from ..store.limits import LimitStore
 from ..store.pooler import session_pooling_problem
+from ..store.templates import TemplateSources
 from .breaker import Breaker
 from .claimer import Claimer, DaemonObserver
 from .context import DaemonContext
@@ -113,9 +114,10 @@ class Daemon:
         self.gates = build_gates(settings, self.transports, self._limits)
         self.lanes = {name: Lane(name, t.max_parallel, bt.batch_limit if (bt := batch_transport(t)) else 0)
                       for name, t in self.transports.items()}
+        self.templates = TemplateSources(self._url, settings.templates.cache_size, self._session_limits)
         self.context = DaemonContext(settings, self.transports, self.gates, self.inflight, self.recorder,
                                      worker=self.worker, default_transport=default_transport, ledger=self._db,
-                                     clock=clock, rng=rng)
+                                     templates=self.templates, clock=clock, rng=rng)
         self.executor = Executor(self.context)
         self.rescuer = Rescuer(self.context, self._db, observer)
         self.pause_watch = PauseWatch(self.gates, self._db, self.worker)
@@ -189,6 +191,7 @@ class Daemon:
                         if gate.limit is not None:
                             await gate.limit.give_back()  # unused recipients of a daily limit
                 await self._limits.close()
+                await self.templates.close()
                 with anyio.move_on_after(GIVE_BACK_SECONDS):
                     await self.rescuer.forget_me()
             await self._db.close()

@@ -10,6 +10,9 @@ What a message carries and where it goes (docs/django.md has the table):
 * ``attachments``: ``(filename, content, mimetype)`` triples (a ``str`` content encoded in the message's
   ``encoding``, else ``DEFAULT_CHARSET``; a missing mimetype guessed from the filename as Django does) and
   ``MIMEBase`` parts (their decoded payload); a part with a ``Content-ID`` is inline (``content_id``).
+* a stored template (docs/templates.md): ``Outbox-Template`` names it, ``Outbox-Template-Data`` gives its data (a
+  JSON object), ``Outbox-Locale`` its locale; the message's subject and body are then left empty (a non-empty
+  one is refused: a row gives its own content or a template).
 * ``extra_headers``: ``Outbox-*`` headers are ours and never sent (:data:`OUTBOX_HEADERS`); ``From`` and
   ``Reply-To``, which Django lets a header override, become the sender and the Reply-To; ``To`` and ``Cc``,
   which Django writes in the headers only, cannot differ from the recipients (the table's To and Cc headers
@@ -21,6 +24,7 @@ Nothing is dropped silently: what cannot be carried raises :class:`InvalidEmail`
 
 from __future__ import annotations
 
+import json
 import mimetypes
 import uuid
 from collections.abc import Callable
@@ -63,6 +67,16 @@ def _time(value: object) -> datetime:
         raise ValueError(f"{value!r} is not an ISO 8601 time such as 2026-12-05T09:00:00+00:00") from None
 
 
+def _json_object(value: object) -> dict[str, Any]:
+    try:
+        data = json.loads(_text(value))
+    except ValueError:
+        raise ValueError(f"{value!r:.80} is not JSON") from None
+    if not isinstance(data, dict):
+        raise ValueError("a JSON object is required, like {\"name\": \"Ann\"}")
+    return data
+
+
 # The message headers that set a column of the row instead of being sent: header (lower case) -> the
 # Email field and how its value is read. Any other Outbox-* header is refused (a misspelt one would be sent).
 OUTBOX_HEADERS: dict[str, tuple[str, Callable[[object], Any]]] = {
@@ -72,6 +86,9 @@ OUTBOX_HEADERS: dict[str, tuple[str, Callable[[object], Any]]] = {
     "outbox-scheduled-at": ("scheduled_at", _time),
     "outbox-expires-at": ("expires_at", _time),
     "outbox-max-attempts": ("max_attempts", _whole_number),
+    "outbox-template": ("template", _text),
+    "outbox-template-data": ("template_data", _json_object),
+    "outbox-locale": ("locale", _text),
 }
 
 
@@ -90,6 +107,8 @@ def email_from_message(message: EmailMessage) -> Email:
     }
     fields.update(_header_fields(message))
     fields.setdefault("dedupe_key", f"django-{uuid.uuid4()}")
+    if "template" in fields:  # the template gives the subject and bodies: Django's empty ones are none
+        fields.update({name: None for name in ("subject", "text", "html") if not fields[name]})
     return Email(**fields)
 
 

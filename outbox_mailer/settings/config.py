@@ -89,6 +89,17 @@ class PruneSettings(BaseModel):
         return self
 
 
+class TemplateSettings(BaseModel):
+    """Rendering stored templates (docs/templates.md): each render runs in a worker process under these limits."""
+
+    model_config = FINITE
+
+    render_timeout_seconds: float = Field(default=2.0, gt=0, le=60)  # one render's wall-clock time; at most 60 s
+    memory_limit_bytes: int = Field(default=256 * 1024 * 1024, ge=64 * 1024 * 1024,
+                                    le=16 * 1024 ** 3)  # the worker process's address space; 64 MiB-16 GiB
+    cache_size: int = Field(default=256, ge=1, le=100_000)  # template versions kept in the daemon's memory; 1-100000
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix=ENV_PREFIX,
@@ -112,6 +123,7 @@ class Settings(BaseSettings):
     default_transport: str = "smtp"  # for rows whose transport is null
     retry: RetrySettings = RetrySettings()
     prune: PruneSettings = PruneSettings()
+    templates: TemplateSettings = TemplateSettings()  # TEMPLATES__RENDER_TIMEOUT_SECONDS, __MEMORY_LIMIT_BYTES, __CACHE_SIZE
     max_attempts: int = Field(default=8, ge=1, le=1000)  # when a row's max_attempts is null; 1-1000
     concurrency: int = Field(default=8, ge=1, le=10_000)  # sends in flight per daemon; 1-10000
     batch_size: int = Field(default=100, ge=1, le=10_000)  # rows per claim; 1-10000

@@ -82,6 +82,11 @@ CASE WHEN
 CASE WHEN
     -- include: fits
     THEN d.metadata::text END AS metadata,
+-- a row naming a stored template (schema 27; null otherwise): the daemon renders the version recorded at INSERT
+d.template, d.locale, d.template_version,
+CASE WHEN
+    -- include: fits
+    THEN d.template_data::text END AS template_data,
 -- include: screen_suppressions
 
 -- name: claim_due
@@ -427,7 +432,7 @@ FROM email_deliveries;
 SELECT count(*) FROM email_deliveries WHERE status IN ('pending', 'sending');
 
 -- name: scrub_batch
--- Retention: remove bodies, attachments and custom headers of up to $2 final rows last changed before now() - $1 seconds. Walks email_deliveries_unscrubbed_idx (created_at; a row's updated_at is never before its created_at), which the hot path never changes.
+-- Retention: remove bodies (a template row's data: schema 27), attachments and custom headers of up to $2 final rows last changed before now() - $1 seconds. Walks email_deliveries_unscrubbed_idx (created_at; a row's updated_at is never before its created_at), which the hot path never changes.
 WITH batch AS (
     SELECT id FROM email_deliveries
     WHERE scrubbed_at IS NULL AND created_at < now() - make_interval(secs => $1)
@@ -437,7 +442,9 @@ WITH batch AS (
     FOR UPDATE SKIP LOCKED
 )
 UPDATE email_deliveries d
-SET text_body = '', html_body = NULL, attachments = '[]', headers = '{}', scrubbed_at = now()
+SET text_body = CASE WHEN d.template IS NULL THEN '' END, html_body = NULL,
+    template_data = CASE WHEN d.template IS NOT NULL THEN '{}'::jsonb END,
+    attachments = '[]', headers = '{}', scrubbed_at = now()
 FROM batch WHERE d.id = batch.id;
 
 -- name: delete_batch
@@ -736,3 +743,28 @@ SELECT email_transport_resume($1, $2);
 -- The pauses in force, by transport and source (operator first): `outbox-mailer pause` with no transport, the console's overview.
 SELECT transport, source, paused_by, reason, paused_at, paused_until FROM email_transport_pauses
 WHERE paused_until IS NULL OR paused_until > now() ORDER BY transport, source DESC;
+
+-- name: template_version
+-- One immutable version of a stored template (schema 27) by name $1, locale $2 and version $3: what a row that names it renders; the daemon caches it (store/templates.py).
+SELECT name, locale, version, subject, text_body, html_body
+FROM email_templates WHERE name = $1 AND locale = $2 AND version = $3;
+
+-- name: resolve_template
+-- The locale and version a row naming template $1 with locale $2 (null: the default) and version $3 (null: the latest) renders: what the INSERT would record.
+SELECT locale, version FROM email_templates_resolve($1, $2, $3);
+
+-- name: add_template
+-- Add a version of template $1 in locale $2: the next version of that name and locale (the first is 1), with subject $3, bodies $4 and $5, added by $6. Concurrent adds of one name and locale: one wins, the other fails on the unique (name, locale, version).
+INSERT INTO email_templates (name, locale, version, subject, text_body, html_body, created_by)
+SELECT $1, $2, coalesce(max(version), 0) + 1, $3, $4, $5, $6
+FROM email_templates WHERE name = $1 AND locale = $2
+RETURNING name, locale, version, created_at, created_by;
+
+-- name: list_templates
+-- Every template and locale: its latest version, how many it has, when the latest was added and by whom, and whether the locale is the template's default (that of its first version).
+SELECT t.name, t.locale, t.version AS latest_version, n.versions, t.created_at, t.created_by,
+       t.locale = (SELECT f.locale FROM email_templates f WHERE f.name = t.name ORDER BY f.id LIMIT 1) AS is_default
+FROM email_templates t
+JOIN (SELECT name, locale, max(version) AS latest, count(*) AS versions FROM email_templates GROUP BY name, locale) n
+  ON n.name = t.name AND n.locale = t.locale AND n.latest = t.version
+ORDER BY t.name, t.locale;

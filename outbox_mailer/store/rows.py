@@ -21,7 +21,7 @@ from typing import Any
 
 import asyncpg
 
-from ..delivery import Delivery
+from ..delivery import Delivery, TemplateRef
 
 _EPOCH_FALLBACK = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -91,8 +91,8 @@ def delivery_from_row(row: asyncpg.Record, max_content_bytes: int) -> Delivery:
         return _defective(_base(row), str(exc))
     retry = row["retry_recipients"]
     retry_recipients = tuple(retry) if retry is not None else None
-    subject = row["subject"]
-    if subject is None:  # the claim left the content out: too large to load
+    subject, template = row["subject"], row.get("template")  # None: read without the template columns
+    if (subject if template is None else row["template_data"]) is None:  # left out by the claim: too large
         return _defective(
             {**_base(row), "scheduled_at": scheduled_at, "expires_at": expires_at, "created_at": created_at,
              "first_attempt_at": first_attempt_at, "retry_recipients": retry_recipients},
@@ -103,6 +103,7 @@ def delivery_from_row(row: asyncpg.Record, max_content_bytes: int) -> Delivery:
         headers = _json(row, "headers", dict)
         attachments = _json(row, "attachments", list)
         metadata = _json(row, "metadata", dict)
+        named = None if template is None else _template(row)
     except _Unreadable as exc:
         return _defective(
             {**_base(row), "scheduled_at": scheduled_at, "expires_at": expires_at, "created_at": created_at,
@@ -113,14 +114,21 @@ def delivery_from_row(row: asyncpg.Record, max_content_bytes: int) -> Delivery:
         id=row["id"], dedupe_key=row["dedupe_key"], claim_token=row["claim_token"], attempts=row["attempts"],
         max_attempts=row["max_attempts"], from_address=row["from_address"],
         to_addresses=tuple(row["to_addresses"]), cc_addresses=tuple(row["cc_addresses"]),
-        bcc_addresses=tuple(row["bcc_addresses"]), reply_to=row["reply_to"], subject=subject,
+        bcc_addresses=tuple(row["bcc_addresses"]), reply_to=row["reply_to"], subject=subject or "",
         text_body=row["text_body"], html_body=row["html_body"], headers=headers, attachments=attachments,
         metadata=metadata, transport=row["transport"], priority=row["priority"], scheduled_at=scheduled_at,
         expires_at=expires_at, created_at=created_at, first_attempt_at=first_attempt_at,
         retry_recipients=retry_recipients, message_id=row["message_id"],
         pinned_transport=row["pinned_transport"], traceparent=row["traceparent"],
-        listed=(*row["to_addresses"], *row["cc_addresses"], *row["bcc_addresses"]),
+        listed=(*row["to_addresses"], *row["cc_addresses"], *row["bcc_addresses"]), template=named,
     )
+
+
+def _template(row: asyncpg.Record) -> TemplateRef:
+    """The stored template a row names, with the locale and version its INSERT resolved."""
+    if row["locale"] is None or row["template_version"] is None:
+        raise _Unreadable("template: no version was resolved for it (written past the INSERT's trigger)")
+    return TemplateRef(row["template"], row["locale"], row["template_version"], _json(row, "template_data", dict))
 
 
 def _base(row: asyncpg.Record) -> dict[str, Any]:

@@ -154,7 +154,17 @@ $$;
 CREATE FUNCTION public.email_deliveries_check_content() RETURNS trigger
     LANGUAGE plpgsql
     AS $_$
+DECLARE
+    resolved record;
 BEGIN
+    IF NEW.template IS NOT NULL THEN
+        NEW.template_data := coalesce(NEW.template_data, '{}');
+        IF NEW.subject IS NULL AND NEW.text_body IS NULL AND NEW.html_body IS NULL THEN
+            resolved := email_templates_resolve(NEW.template, NEW.locale, NEW.template_version);
+            NEW.locale := resolved.locale;
+            NEW.template_version := resolved.version;
+        END IF;
+    END IF;
     NEW.content_bytes := email_deliveries_checked_size(NEW);
     IF email_deliveries_control_character(concat_ws(' ', NEW.subject, NEW.from_address, NEW.reply_to,
               array_to_string(NEW.to_addresses, ' '), array_to_string(NEW.cc_addresses, ' '),
@@ -204,7 +214,7 @@ CREATE TABLE public.email_deliveries (
     cc_addresses text[] DEFAULT '{}'::text[] NOT NULL,
     bcc_addresses text[] DEFAULT '{}'::text[] NOT NULL,
     reply_to text,
-    subject text NOT NULL,
+    subject text,
     text_body text,
     html_body text,
     headers jsonb DEFAULT '{}'::jsonb NOT NULL,
@@ -234,7 +244,11 @@ CREATE TABLE public.email_deliveries (
     delivery_event text,
     delivery_event_at timestamp with time zone,
     ignore_suppressions boolean DEFAULT false NOT NULL,
-    traceparent text
+    traceparent text,
+    template text,
+    template_data jsonb,
+    locale text,
+    template_version integer
 )
 WITH (autovacuum_vacuum_scale_factor='0.01', autovacuum_vacuum_threshold='1000', autovacuum_vacuum_insert_scale_factor='0.05', autovacuum_analyze_scale_factor='0.02', autovacuum_vacuum_cost_delay='1', fillfactor='50');
 
@@ -307,6 +321,27 @@ COMMENT ON COLUMN public.email_deliveries.ignore_suppressions IS 'Application-ow
 --
 
 COMMENT ON COLUMN public.email_deliveries.traceparent IS 'application-owned: W3C traceparent of the span that enqueued the email (null: none); checked at INSERT';
+
+
+--
+-- Name: COLUMN email_deliveries.template; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.email_deliveries.template IS 'app-owned: the name of an email_templates template; then subject and bodies are null (schema 27)';
+
+
+--
+-- Name: COLUMN email_deliveries.locale; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.email_deliveries.locale IS 'app-owned, resolved at INSERT: the locale asked for, replaced by the locale of the version resolved';
+
+
+--
+-- Name: COLUMN email_deliveries.template_version; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.email_deliveries.template_version IS 'resolved at INSERT (or given by the app and checked): the template version every attempt renders';
 
 
 --
@@ -396,6 +431,15 @@ BEGIN
     IF array_position(d.cc_addresses, NULL) IS NOT NULL OR array_position(d.bcc_addresses, NULL) IS NOT NULL THEN
         PERFORM email_deliveries_refuse('email_deliveries_cc_bcc_no_nulls');
     END IF;
+    IF d.template IS NULL THEN
+        IF d.template_data IS NOT NULL OR d.locale IS NOT NULL OR d.template_version IS NOT NULL THEN
+            PERFORM email_deliveries_refuse('email_deliveries_content_or_template');
+        END IF;
+    ELSIF d.subject IS NOT NULL OR d.text_body IS NOT NULL OR d.html_body IS NOT NULL THEN
+        PERFORM email_deliveries_refuse('email_deliveries_content_or_template');
+    ELSIF jsonb_typeof(d.template_data) IS DISTINCT FROM 'object' THEN
+        PERFORM email_deliveries_refuse('email_deliveries_template_data_object');
+    END IF;
     IF NOT (d.created_at >= '1900-01-01 00:00+00' AND d.created_at < '9999-01-01 00:00+00') THEN
         PERFORM email_deliveries_refuse('email_deliveries_created_at_range');
     END IF;
@@ -406,11 +450,14 @@ BEGIN
             OR (d.expires_at >= '1900-01-01 00:00+00' AND d.expires_at < '9999-01-01 00:00+00')) THEN
         PERFORM email_deliveries_refuse('email_deliveries_expires_at_range');
     END IF;
-    IF d.text_body IS NULL AND d.html_body IS NULL THEN
+    IF d.template IS NULL AND d.text_body IS NULL AND d.html_body IS NULL THEN
         PERFORM email_deliveries_refuse('email_deliveries_has_body');
     END IF;
     IF NOT (cardinality(d.to_addresses) >= 1 AND array_position(d.to_addresses, NULL) IS NULL) THEN
         PERFORM email_deliveries_refuse('email_deliveries_has_recipient');
+    END IF;
+    IF d.template IS NULL AND d.subject IS NULL THEN
+        PERFORM email_deliveries_refuse('email_deliveries_has_subject');
     END IF;
     IF jsonb_typeof(d.headers) <> 'object' THEN
         PERFORM email_deliveries_refuse('email_deliveries_headers_object');
@@ -421,9 +468,10 @@ BEGIN
     IF NOT (d.transport IS NULL OR (char_length(d.transport) BETWEEN 1 AND 64 AND d.transport !~ '[[:cntrl:]]')) THEN
         PERFORM email_deliveries_refuse('email_deliveries_transport_valid');
     END IF;
-    FOREACH field IN ARRAY ARRAY['headers', 'attachments', 'metadata'] LOOP
+    FOREACH field IN ARRAY ARRAY['headers', 'attachments', 'metadata', 'template_data'] LOOP
         doc := CASE field WHEN 'headers' THEN d.headers WHEN 'attachments' THEN d.attachments
-                          ELSE d.metadata END;
+                          WHEN 'metadata' THEN d.metadata ELSE d.template_data END;
+        CONTINUE WHEN doc IS NULL;
         IF jsonb_path_exists(doc, 'strict $.**{33 to last}') THEN
             RAISE EXCEPTION 'email_deliveries.%: JSON nested more than 32 levels deep', field
                 USING ERRCODE = 'check_violation', CONSTRAINT = 'email_deliveries_json_depth',
@@ -435,14 +483,15 @@ BEGIN
                       TABLE = 'email_deliveries', COLUMN = field;
         END IF;
     END LOOP;
-    RETURN octet_length(d.subject)
+    RETURN coalesce(octet_length(d.subject), 0)
         + coalesce(octet_length(d.text_body), 0) + coalesce(octet_length(d.html_body), 0)
         + coalesce(octet_length(array_to_string(d.to_addresses, ' ')), 0)
         + coalesce(octet_length(array_to_string(d.cc_addresses, ' ')), 0)
         + coalesce(octet_length(array_to_string(d.bcc_addresses, ' ')), 0)
         + coalesce(octet_length(d.headers::text), 0)
         + coalesce(octet_length(d.attachments::text), 0)
-        + coalesce(octet_length(d.metadata::text), 0);
+        + coalesce(octet_length(d.metadata::text), 0)
+        + coalesce(octet_length(d.template_data::text), 0);
 END;
 $_$;
 
@@ -534,6 +583,15 @@ BEGIN
         CASE WHEN NEW.bcc_addresses IS DISTINCT FROM OLD.bcc_addresses THEN NEW.bcc_addresses END,
         CASE WHEN NEW.headers IS DISTINCT FROM OLD.headers THEN NEW.headers END,
         CASE WHEN NEW.attachments IS DISTINCT FROM OLD.attachments THEN NEW.attachments END);
+    IF NEW.template IS NOT NULL AND (NEW.template, NEW.locale, NEW.template_version)
+            IS DISTINCT FROM (OLD.template, OLD.locale, OLD.template_version)
+       AND (email_templates_resolve(NEW.template, NEW.locale, NEW.template_version)).locale
+            IS DISTINCT FROM NEW.locale THEN
+        RAISE EXCEPTION 'email_deliveries.template: template "%" has no version % for locale %',
+            NEW.template, NEW.template_version, NEW.locale
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'email_deliveries_template_known',
+                  TABLE = 'email_deliveries', COLUMN = 'template';
+    END IF;
     UPDATE email_deliveries SET content_bytes = email_deliveries_checked_size(NEW) WHERE id = NEW.id;
     RETURN NULL;
 END;
@@ -935,6 +993,55 @@ END $$;
 
 
 --
+-- Name: email_templates_immutable(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.email_templates_immutable() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    RAISE EXCEPTION 'email_templates: template %, locale %, version % is immutable (add a new version instead)',
+        OLD.name, OLD.locale, OLD.version
+        USING ERRCODE = 'check_violation', CONSTRAINT = 'email_templates_immutable', TABLE = 'email_templates';
+END;
+$$;
+
+
+--
+-- Name: email_templates_resolve(text, text, integer); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.email_templates_resolve(p_name text, p_locale text, p_version integer, OUT locale text, OUT version integer) RETURNS record
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path TO '$user', 'public'
+    AS $$
+DECLARE
+    candidate text;
+BEGIN
+    FOREACH candidate IN ARRAY ARRAY[p_locale, split_part(p_locale, '-', 1),
+            (SELECT t.locale FROM email_templates t WHERE t.name = p_name ORDER BY t.id LIMIT 1)] LOOP
+        CONTINUE WHEN candidate IS NULL OR candidate = '';
+        SELECT t.locale, t.version INTO locale, version FROM email_templates t
+        WHERE t.name = p_name AND t.locale = candidate AND (p_version IS NULL OR t.version = p_version)
+        ORDER BY t.version DESC LIMIT 1;
+        IF FOUND THEN
+            RETURN;
+        END IF;
+    END LOOP;
+    IF NOT EXISTS (SELECT FROM email_templates t WHERE t.name = p_name) THEN
+        RAISE EXCEPTION 'email_deliveries.template: no template named "%"', p_name
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'email_deliveries_template_known',
+                  TABLE = 'email_deliveries', COLUMN = 'template';
+    END IF;
+    RAISE EXCEPTION 'email_deliveries.template_version: template "%" has no version % for locale %',
+        p_name, coalesce(p_version::text, '(any)'), coalesce(p_locale, '(default)')
+        USING ERRCODE = 'check_violation', CONSTRAINT = 'email_deliveries_template_known',
+              TABLE = 'email_deliveries', COLUMN = 'template_version';
+END;
+$$;
+
+
+--
 -- Name: email_throttle_transport(text, double precision, double precision, double precision, double precision, double precision); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -1331,6 +1438,48 @@ COMMENT ON COLUMN public.email_queue.carrier IS 'outbox-mailer (daemon-owned): t
 
 
 --
+-- Name: email_templates; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.email_templates (
+    id bigint NOT NULL,
+    name text NOT NULL,
+    locale text NOT NULL,
+    version integer NOT NULL,
+    subject text NOT NULL,
+    text_body text,
+    html_body text,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    created_by text NOT NULL,
+    CONSTRAINT email_templates_has_body CHECK (((text_body IS NOT NULL) OR (html_body IS NOT NULL))),
+    CONSTRAINT email_templates_locale_valid CHECK ((locale ~ '^[A-Za-z]{2,8}(-[A-Za-z0-9]{1,8})*$'::text)),
+    CONSTRAINT email_templates_name_valid CHECK ((((char_length(name) >= 1) AND (char_length(name) <= 255)) AND (name !~ '[[:cntrl:]]'::text))),
+    CONSTRAINT email_templates_version_positive CHECK ((version >= 1))
+);
+
+
+--
+-- Name: TABLE email_templates; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.email_templates IS 'outbox-mailer: immutable template versions by (name, locale, version); rows of email_deliveries name them (schema 27)';
+
+
+--
+-- Name: email_templates_id_seq; Type: SEQUENCE; Schema: public; Owner: -
+--
+
+ALTER TABLE public.email_templates ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.email_templates_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+
+--
 -- Name: email_transport_limits; Type: TABLE; Schema: public; Owner: -
 --
 
@@ -1478,6 +1627,22 @@ ALTER TABLE ONLY public.email_queue
 
 ALTER TABLE ONLY public.email_suppressions
     ADD CONSTRAINT email_suppressions_pkey PRIMARY KEY (address);
+
+
+--
+-- Name: email_templates email_templates_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.email_templates
+    ADD CONSTRAINT email_templates_pkey PRIMARY KEY (id);
+
+
+--
+-- Name: email_templates email_templates_version_unique; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.email_templates
+    ADD CONSTRAINT email_templates_version_unique UNIQUE (name, locale, version);
 
 
 --
@@ -1692,7 +1857,7 @@ CREATE TRIGGER email_deliveries_notify_insert AFTER INSERT ON public.email_deliv
 -- Name: email_deliveries email_deliveries_recheck_content; Type: TRIGGER; Schema: public; Owner: -
 --
 
-CREATE TRIGGER email_deliveries_recheck_content AFTER UPDATE OF dedupe_key, from_address, reply_to, subject, text_body, html_body, to_addresses, cc_addresses, bcc_addresses, headers, attachments, metadata, transport, expires_at, created_at ON public.email_deliveries FOR EACH ROW EXECUTE FUNCTION public.email_deliveries_recheck_content();
+CREATE TRIGGER email_deliveries_recheck_content AFTER UPDATE OF dedupe_key, from_address, reply_to, subject, text_body, html_body, to_addresses, cc_addresses, bcc_addresses, headers, attachments, metadata, transport, expires_at, created_at, template, template_data, locale, template_version ON public.email_deliveries FOR EACH ROW EXECUTE FUNCTION public.email_deliveries_recheck_content();
 
 
 --
@@ -1714,6 +1879,20 @@ CREATE TRIGGER email_deliveries_sync_queue AFTER UPDATE OF status, scheduled_at,
 --
 
 CREATE TRIGGER email_deliveries_truncate_followers AFTER TRUNCATE ON public.email_deliveries FOR EACH STATEMENT EXECUTE FUNCTION public.email_deliveries_drop_followers();
+
+
+--
+-- Name: email_templates email_templates_immutable; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER email_templates_immutable BEFORE DELETE OR UPDATE ON public.email_templates FOR EACH ROW EXECUTE FUNCTION public.email_templates_immutable();
+
+
+--
+-- Name: email_templates email_templates_no_truncate; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER email_templates_no_truncate BEFORE TRUNCATE ON public.email_templates FOR EACH STATEMENT EXECUTE FUNCTION public.email_templates_immutable();
 
 
 --

@@ -11,8 +11,11 @@ GRANT USAGE ON SCHEMA public TO :"app_role";
 GRANT SELECT ON email_deliveries, email_delivery_attempts, email_delivery_events TO :"app_role";
 GRANT INSERT (dedupe_key, from_address, to_addresses, cc_addresses, bcc_addresses, reply_to, subject,
               text_body, html_body, headers, attachments, metadata, transport, priority, scheduled_at,
-              expires_at, max_attempts, ignore_suppressions, traceparent)
+              expires_at, max_attempts, ignore_suppressions, traceparent, template, template_data, locale,
+              template_version)
     ON email_deliveries TO :"app_role";
+-- A row naming a template: the INSERT resolves its version through a SECURITY DEFINER function (schema 27),
+-- so the application needs no grant on email_templates.
 
 -- The daemon (and the operator CLI): claim, record, retry, cancel, prune.
 GRANT USAGE ON SCHEMA public TO :"daemon_role";
@@ -20,6 +23,8 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON email_deliveries TO :"daemon_role";
 GRANT SELECT, INSERT, DELETE ON email_delivery_attempts TO :"daemon_role";
 GRANT SELECT, INSERT, UPDATE, DELETE ON email_queue TO :"daemon_role";
 GRANT SELECT ON outbox_mailer_migrations TO :"daemon_role";
+-- Templates (schema 27): read to render, added by `outbox-mailer template add` (versions are immutable).
+GRANT SELECT, INSERT ON email_templates TO :"daemon_role";
 -- Delivery events, suppressions and single-use webhook tokens (the receiver, ingest-dsn, the CLI).
 GRANT SELECT, INSERT, UPDATE, DELETE ON email_delivery_events, email_suppressions, email_webhook_tokens
     TO :"daemon_role";

@@ -58,3 +58,23 @@ async def test_a_committed_enqueue_is_sent_by_the_daemon_with_its_attachments_an
     attached = [(part.get_filename(), part.get_content_type(), part.get_payload(decode=True))
                 for part in message.iter_attachments()]
     assert attached == [("terms.pdf", "application/pdf", PDF), ("note.txt", "text/plain", b"n")]
+
+
+async def test_an_email_naming_a_template_is_rendered_in_its_locale_by_the_daemon(
+    running: Any, db_url: str, smtp_server: SmtpTestServer
+) -> None:
+    with psycopg.connect(db_url) as conn:
+        for locale, subject, text in (("en", "Welcome {{ name }}", "Hello {{ name }}"),
+                                      ("pt", "Bem-vinda {{ name }}", "Olá {{ name }}")):
+            conn.execute("INSERT INTO email_templates (name, locale, version, subject, text_body, created_by) "
+                         "VALUES ('welcome', %s, 1, %s, %s, 'test')", (locale, subject, text))
+        assert enqueue(conn, Email(dedupe_key="t-1", to=["ana@example.com"], template="welcome",
+                                   template_data={"name": "Ana"}, locale="pt-BR")) is True
+    with psycopg.connect(db_url) as conn, pytest.raises(psycopg.errors.CheckViolation, match='no template named "nope"'):
+        enqueue(conn, Email(dedupe_key="t-2", to=["ana@example.com"], template="nope"))
+    rows = await (await running()).final("t-1")
+    assert rows["t-1"]["status"] == "sent"
+    message = email.message_from_bytes(smtp_server.accepted[0].data, policy=email.policy.default)
+    assert isinstance(message, EmailMessage)
+    body = message.get_body(("plain",))
+    assert message["Subject"] == "Bem-vinda Ana" and body is not None and body.get_content().strip() == "Olá Ana"

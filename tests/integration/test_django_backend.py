@@ -178,3 +178,20 @@ async def test_the_daemon_sends_what_django_composed_once_for_a_key_given_twice(
     assert html is not None and html.get_content().strip() == "<p>Hello Zoë</p>"
     assert [(p.get_filename(), p.get_content_type(), p.get_payload(decode=True))
             for p in message.iter_attachments()] == [("terms.pdf", "application/pdf", PDF)]
+
+
+def test_a_message_naming_a_template_is_a_row_without_subject_or_body(django_db: str) -> None:
+    with psycopg.connect(django_db) as conn:
+        conn.execute("INSERT INTO email_templates (name, locale, version, subject, text_body, created_by) "
+                     "VALUES ('welcome', 'en', 1, 'Hi {{ name }}', 'Hello {{ name }}', 'test')")
+    message = EmailMessage(to=["zoe@example.com"], headers={
+        "Outbox-Dedupe-Key": "tpl-1", "Outbox-Template": "welcome", "Outbox-Template-Data": '{"name": "Zoë"}',
+        "Outbox-Locale": "en-GB"})
+    assert message.send() == 1
+    with psycopg.connect(django_db) as conn:
+        row = conn.execute("SELECT subject, text_body, template, template_data, locale, template_version, headers "
+                           "FROM email_deliveries WHERE dedupe_key = 'tpl-1'").fetchone()
+    assert row == (None, None, "welcome", {"name": "Zoë"}, "en", 1, {})
+    both = EmailMessage("A subject", "A body", None, ["zoe@example.com"], headers={"Outbox-Template": "welcome"})
+    with pytest.raises(ValueError, match="give a template or a subject and body, not both"):
+        both.send()

@@ -49,7 +49,7 @@ def test_a_good_row_is_accepted(db_url: str) -> None:
         ({"max_attempts": "0"}, "email_deliveries_attempts_valid"),
         ({"attempts": "-1"}, "email_deliveries_attempts_valid"),
         ({"transport": "''"}, "email_deliveries_transport_valid"),
-        ({"subject": "NULL"}, "not-null"),
+        ({"subject": "NULL"}, "email_deliveries_has_subject"),  # without a template (schema 27)
     ],
 )
 def test_constraints_refuse_bad_inserts(db_url: str, overrides: dict[str, str], constraint: str) -> None:

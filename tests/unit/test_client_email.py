@@ -90,9 +90,13 @@ def test_an_invalid_email_is_a_value_error_of_the_package() -> None:
     ({"metadata": {"x": {1, 2}}}, "metadata.x", "JSON"),
     ({"metadata": {1: "x"}}, "metadata", "keys must be strings"),
     ({"metadata": {"x": "a\x00"}}, "metadata.x", "NUL"),
-    ({"template": "welcome"}, "template", "templates are not available yet"),
-    ({"template_data": {"name": "Ann"}}, "template_data", "templates are not available yet"),
-    ({"locale": "fr"}, "locale", "templates are not available yet"),
+    ({"template": "welcome"}, "template", "not both (subject is given)"),
+    ({"template_data": {"name": "Ann"}}, "template_data", "only with a template"),
+    ({"locale": "fr"}, "locale", "only with a template"),
+    ({"subject": None, "text": None, "template": "w", "locale": "pt_BR"}, "locale", "like en or pt-BR"),
+    ({"subject": None, "text": None, "template": "w", "template_data": [1]}, "template_data", "expected a dict"),
+    ({"subject": None, "text": None, "template": "w", "template_data": {"x": math.inf}}, "template_data.x",
+     "finite"),
 ])
 def test_each_bad_input_is_refused_naming_its_field(fields: dict[str, Any], field: str, words: str) -> None:
     error = refusal(**fields)
@@ -138,3 +142,11 @@ def test_an_inline_attachment_carries_its_content_id_and_a_bad_one_is_refused_by
     assert e.attachments[0].content_id == "logo@shop"
     with pytest.raises(InvalidEmail, match=r"attachments\[0\]\.content_id"):
         email(attachments=[Attachment("logo.png", b"x", "image/png", content_id="<logo@shop>")])
+
+
+def test_an_email_naming_a_template_becomes_a_row_without_subject_or_body() -> None:
+    row = Email(dedupe_key="k", to=["ann@example.com"], template="welcome", template_data={"name": "Ann"},
+                locale="pt-BR").row
+    assert (row["subject"], row["text_body"], row["html_body"]) == (None, None, None)
+    assert (row["template"], row["template_data"], row["locale"]) == ("welcome", {"name": "Ann"}, "pt-BR")
+    assert Email(dedupe_key="k", to=["ann@example.com"], template="welcome").row["template_data"] == {}

@@ -37,7 +37,10 @@ FLOORS: tuple[dict[str, str], ...] = (
         "settings": "every setting, checked at start-up with the message's rules and the provider table",
         "client": "enqueue and status from an application's own connection: the message's rules, no daemon",
     },
-    {"delivery_events": "after the send, pure: provider events, DSNs, suppression and bounce-tag rules"},
+    {
+        "delivery_events": "after the send, pure: provider events, DSNs, suppression and bounce-tag rules",
+        "templating": "stored templates rendered in the Jinja2 sandbox, in a worker process under limits",
+    },
     {
         "message": "composition, pure: addresses, header fields, MIME, DKIM, Message-IDs, the staging guard",
         "providers": "the provider API tables, pure: requests built, answers read, the registry of kinds",
@@ -62,6 +65,7 @@ LIBRARY_HOMES: dict[str, tuple[str, ...]] = {
     # is opened by the `webhooks` command
     "httpx": ("transports/api/http.py", "receiver/server.py", "cli/event_commands.py"),
     "uvicorn": ("serving/http_server.py",),
+    "jinja2": ("console/", "templating/"),  # the console's pages; stored templates, in their sandbox
     "django": ("django/",),  # optional (the `django` extra): only the backend's room may need it
     # optional (the `otel` extra): imported only by a process that imported it already (tracing/spans.py)
     "opentelemetry": ("tracing/spans.py",),

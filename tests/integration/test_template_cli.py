@@ -1,0 +1,69 @@
+"""``outbox-mailer template`` as a subprocess against a real PostgreSQL: add (versions, a compile error named
+with its line and column), list, show and render (through the daemon's worker and limits)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def cli(db_url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "OUTBOX_MAILER_DATABASE_URL": db_url, "OUTBOX_MAILER_TEMPLATES__RENDER_TIMEOUT_SECONDS": "1"}
+    return subprocess.run([sys.executable, "-m", "outbox_mailer", "template", *args], capture_output=True,
+                          text=True, env=env, timeout=60)
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> Path:
+    (tmp_path / "v1.txt").write_text("Hello {{ name }}, v1\n")
+    (tmp_path / "v2.html").write_text("<p>Hello {{ name }}, v2</p>\n")
+    (tmp_path / "pt.txt").write_text("Olá {{ name }}\n")
+    (tmp_path / "broken.txt").write_text("line one\nHello {% if name %}{{ name }\n")
+    (tmp_path / "slow.txt").write_text("{% for i in range(100000) %}{% for j in range(100000) %}"
+                                       "{% endfor %}{% endfor %}")
+    return tmp_path
+
+
+def test_add_list_show_and_render_a_template_with_versions_and_locales(db_url: str, files: Path) -> None:
+    added = cli(db_url, "add", "welcome", "--subject", "Hi {{ name }}", "--text", str(files / "v1.txt"),
+                "--by", "ops")
+    assert added.returncode == 0, added.stderr
+    assert added.stdout.strip() == "added welcome locale en version 1"
+    again = cli(db_url, "add", "welcome", "--subject", "Hi {{ name }}", "--html", str(files / "v2.html"), "--json")
+    assert json.loads(again.stdout)["version"] == 2
+    assert cli(db_url, "add", "welcome", "--locale", "pt", "--subject", "Oi", "--text", str(files / "pt.txt")
+               ).returncode == 0
+    listed = [json.loads(line) for line in cli(db_url, "list", "--json").stdout.splitlines()]
+    assert [(r["name"], r["locale"], r["latest_version"], r["is_default"]) for r in listed] == [
+        ("welcome", "en", 2, True), ("welcome", "pt", 1, False)]
+    shown = json.loads(cli(db_url, "show", "welcome", "--version", "1", "--json").stdout)
+    assert shown["text"] == "Hello {{ name }}, v1\n" and shown["html"] is None
+    rendered = json.loads(cli(db_url, "render", "welcome", "--locale", "pt-BR", "--data", '{"name": "<b>Ana</b>"}',
+                              "--json").stdout)
+    assert (rendered["locale"], rendered["subject"], rendered["text"]) == ("pt", "Oi", "Olá <b>Ana</b>\n")
+    latest = json.loads(cli(db_url, "render", "welcome", "--data", '{"name": "<b>Ana</b>"}', "--json").stdout)
+    assert latest["html"] == "<p>Hello &lt;b&gt;Ana&lt;/b&gt;, v2</p>\n"
+
+
+def test_a_template_that_does_not_compile_is_refused_at_add_with_its_line_and_column(
+        db_url: str, files: Path) -> None:
+    refused = cli(db_url, "add", "broken", "--subject", "Hi", "--text", str(files / "broken.txt"))
+    assert refused.returncode == 2
+    assert "template broken does not compile: text: line 2, column" in refused.stderr
+    assert cli(db_url, "list").returncode == 1  # nothing was added
+
+
+def test_render_refuses_an_undefined_variable_a_slow_template_and_an_unknown_name(db_url: str, files: Path) -> None:
+    assert cli(db_url, "add", "slow", "--subject", "{{ subject_line }}", "--text", str(files / "slow.txt")
+               ).returncode == 0
+    undefined = cli(db_url, "render", "slow", "--data", "{}")
+    assert undefined.returncode == 2 and "'subject_line' is undefined" in undefined.stderr
+    slow = cli(db_url, "render", "slow", "--data", '{"subject_line": "x"}')
+    assert slow.returncode == 2 and "render exceeded 1 s" in slow.stderr
+    unknown = cli(db_url, "render", "nope", "--data", "{}")
+    assert unknown.returncode == 1 and 'no template named "nope"' in unknown.stderr
