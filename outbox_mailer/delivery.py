@@ -83,6 +83,8 @@ class Delivery:
     # the W3C traceparent the application enqueued it under (docs/tracing.md); None: not traced. As stored:
     # a value written past the INSERT's check is ignored by the tracing, never a reason to fail the row
     traceparent: str | None = None
+    # the category a one-click unsubscribe leaves (docs/unsubscribe.md); None: no List-Unsubscribe
+    unsubscribe_category: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

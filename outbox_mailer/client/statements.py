@@ -84,7 +84,7 @@ COLUMNS = (
     ("html_body", "text"), ("headers", "jsonb"), ("attachments", "jsonb"), ("metadata", "jsonb"),
     ("transport", "text"), ("priority", "smallint"), ("scheduled_at", "timestamptz"),
     ("expires_at", "timestamptz"), ("max_attempts", "integer"), ("ignore_suppressions", "boolean"),
-    ("traceparent", "text"),
+    ("traceparent", "text"), ("unsubscribe_category", "text"),
 )
 _NAMES = ", ".join(name for name, _ in COLUMNS)
 _VALUES = ", ".join("coalesce(scheduled_at, now())" if name == "scheduled_at" else name for name, _ in COLUMNS)

@@ -1,4 +1,5 @@
-"""A claimed row made ready to send: screened for suppressions, held by the staging guard, composed.
+"""A claimed row made ready to send: screened for suppressions, given its unsubscribe link (a row naming
+an ``unsubscribe_category``: delivery_events/unsubscribe.py), held by the staging guard, composed.
 
 The recipients left out on the way (suppressed, a Bcc redirected) are kept by row id until the
 executor writes them on the attempt (:attr:`Preparation.dropped`).
@@ -10,6 +11,7 @@ from datetime import datetime
 
 from ..delivery import ComposedMessage, Delivery, Outcome, RefusedRecipient
 from ..delivery_events.suppression import screen
+from ..delivery_events.unsubscribe import without_links
 from ..errors import CompositionError
 from ..message.compose import compose
 from ..message.staging import StagingGuard
@@ -22,6 +24,8 @@ class Preparation:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.guard = StagingGuard.of(settings.allowed_recipients, settings.redirect_to)
+        links = settings.unsubscribe.links()
+        self.linked = links.added if links is not None else without_links  # List-Unsubscribe, or a refusal
         self.dropped: dict[int, tuple[RefusedRecipient, ...]] = {}  # recipients left out (suppressed, a Bcc redirected)
 
     def message(self, delivery: Delivery, now: datetime) -> ComposedMessage | Outcome:
@@ -35,9 +39,12 @@ class Preparation:
         screened = screen(delivery)
         if screened.refusal is not None:
             return screened.refusal
+        linked = self.linked(screened.delivery, now)
+        if isinstance(linked, Outcome):
+            return linked
         if screened.dropped:
             self.dropped[delivery.id] = screened.dropped
-        guarded = self.guarded(screened.delivery)
+        guarded = self.guarded(linked)
         message = guarded if isinstance(guarded, Outcome) else self.composed(guarded, now)
         return message if isinstance(message, Outcome) else (screened.delivery, message)
 

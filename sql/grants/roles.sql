@@ -11,7 +11,7 @@ GRANT USAGE ON SCHEMA public TO :"app_role";
 GRANT SELECT ON email_deliveries, email_delivery_attempts, email_delivery_events TO :"app_role";
 GRANT INSERT (dedupe_key, from_address, to_addresses, cc_addresses, bcc_addresses, reply_to, subject,
               text_body, html_body, headers, attachments, metadata, transport, priority, scheduled_at,
-              expires_at, max_attempts, ignore_suppressions, traceparent)
+              expires_at, max_attempts, ignore_suppressions, traceparent, unsubscribe_category)
     ON email_deliveries TO :"app_role";
 
 -- The daemon (and the operator CLI): claim, record, retry, cancel, prune.
@@ -35,7 +35,8 @@ GRANT SELECT, INSERT, DELETE ON email_console_users TO :"daemon_role";
 -- their functions (schema 22).
 GRANT SELECT, DELETE ON email_console_sessions TO :"daemon_role";
 GRANT EXECUTE ON FUNCTION email_delivery_retry(text[], integer, integer), email_delivery_cancel(text[]),
-    email_delivery_resolve(text, text), email_suppress(text, text, text, timestamptz) TO :"daemon_role";
+    email_delivery_resolve(text, text), email_suppress(text, text, text, timestamptz),
+    email_suppress(text, text, text, timestamptz, text) TO :"daemon_role";
 GRANT SELECT, INSERT ON email_operator_actions TO :"daemon_role";
 -- Transport pauses (schema 24): every daemon reads them and publishes its circuit breaker's; `pause`
 -- and `resume` follow the rules of their functions and record the action.
