@@ -4,6 +4,7 @@ claim honours it, against a real PostgreSQL."""
 
 from __future__ import annotations
 
+import json
 import secrets
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -20,6 +21,8 @@ from outbox_mailer.receiver.server import Receiver, build_app
 from outbox_mailer.serving.http_server import serve_http
 from outbox_mailer.settings.config import Settings
 from outbox_mailer.store import EventStore
+from tests.console_harness import Client
+from tests.integration.conftest import cli
 from tests.integration.test_refused_at_insert import asyncpg_insert
 from tests.smtp_server import SmtpTestServer, free_port
 
@@ -252,3 +255,31 @@ async def test_a_thousand_posts_of_random_tokens_write_nothing_and_the_receiver_
         assert (await http.post(f"{url}/unsubscribe/{valid}", content=b"List-Unsubscribe=One-Click",
                                 headers=ONE_CLICK)).status_code == 200
     assert [r[:2] for r in await suppressions(own_conn)] == [(ZOE, "newsletter")]
+
+
+async def test_the_cli_suppresses_lists_and_lifts_one_scope_at_a_time(
+        own_conn: asyncpg.Connection, db_url: str, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("OUTBOX_MAILER_DATABASE_URL", db_url)
+    assert await cli("suppress", "Zoe@Example.com", "--category", "newsletter") == 0
+    assert await cli("suppress", ZOE) == 0
+    with pytest.raises(SystemExit) as usage:
+        await cli("suppress", ZOE, "--category", "Not Valid")
+    assert usage.value.code == 2
+    capsys.readouterr()
+    assert await cli("suppressions", "--json") == 0
+    listed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert sorted((r["address"], r["scope"], r["reason"]) for r in listed) == [
+        (ZOE, "", "manual"), (ZOE, "newsletter", "manual")]
+    assert await cli("unsuppress", ZOE, "--category", "newsletter") == 0
+    assert await cli("unsuppress", ZOE, "--category", "newsletter") == 1
+    assert [r[:2] for r in await suppressions(own_conn)] == [(ZOE, "")], "the all-mail one stays"
+
+
+async def test_the_consoles_suppressions_page_shows_each_scope(own_conn: asyncpg.Connection, operator: Client) -> None:
+    await own_conn.execute("INSERT INTO email_suppressions (address, scope, reason, source) VALUES "
+                           "($1, '', 'hard_bounce', 'smtp'), ($1, 'newsletter', 'unsubscribe', 'one-click')", ZOE)
+    page = (await operator.get("/suppressions")).text
+    assert "<td>category newsletter</td>" in page and "<td>all mail</td>" in page
+    assert (await operator.post(f"/suppressions/{ZOE.replace('@', '%40')}/delete")).status_code == 303
+    assert await suppressions(own_conn) == [], "the console's delete lifts every scope of the address"
