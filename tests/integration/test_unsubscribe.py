@@ -13,8 +13,10 @@ from email.parser import BytesHeaderParser
 from typing import Any
 
 import asyncpg
+import dkim
 import httpx
 import pytest
+from cryptography.hazmat.primitives.asymmetric import rsa
 
 from outbox_mailer.delivery_events.unsubscribe import UnsubscribeKeys, day_of
 from outbox_mailer.receiver.server import Receiver, build_app
@@ -22,9 +24,11 @@ from outbox_mailer.serving.http_server import serve_http
 from outbox_mailer.settings.config import Settings
 from outbox_mailer.store import EventStore
 from tests.console_harness import Client
-from tests.integration.conftest import cli
+from tests.integration.conftest import cli, insert
+from tests.integration.test_dkim_daemon import daemon_with_dkim, dns_for, signature_tags
 from tests.integration.test_refused_at_insert import asyncpg_insert
 from tests.smtp_server import SmtpTestServer, free_port
+from tests.sql_store import SqlStore
 
 pytestmark = pytest.mark.anyio
 
@@ -283,3 +287,16 @@ async def test_the_consoles_suppressions_page_shows_each_scope(own_conn: asyncpg
     assert "<td>category newsletter</td>" in page and "<td>all mail</td>" in page
     assert (await operator.post(f"/suppressions/{ZOE.replace('@', '%40')}/delete")).status_code == 303
     assert await suppressions(own_conn) == [], "the console's delete lifts every scope of the address"
+
+
+async def test_with_dkim_on_both_headers_are_signed_and_the_received_message_verifies(
+        db_url: str, store: SqlStore, smtp_server: SmtpTestServer) -> None:
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    await insert(store, "news", to_addresses=[ZOE], unsubscribe_category="newsletter")
+    async with daemon_with_dkim(db_url, smtp_server, store, key, unsubscribe=unsubscribe()) as r:
+        assert (await r.final("news"))["news"]["status"] == "sent"
+    [message] = smtp_server.accepted
+    assert b"List-Unsubscribe-Post: List-Unsubscribe=One-Click" in message.data
+    [tags] = signature_tags(message.data)
+    assert {b"list-unsubscribe", b"list-unsubscribe-post"} <= set(tags[b"h"].split(b":"))
+    assert dkim.verify(message.data, dnsfunc=dns_for(key))
