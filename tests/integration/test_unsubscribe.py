@@ -24,9 +24,11 @@ from outbox_mailer.serving.http_server import serve_http
 from outbox_mailer.settings.config import Settings
 from outbox_mailer.store import EventStore
 from tests.console_harness import Client
+from tests.in_process_daemon import Running
 from tests.integration.conftest import cli, insert
 from tests.integration.test_dkim_daemon import daemon_with_dkim, dns_for, signature_tags
 from tests.integration.test_refused_at_insert import asyncpg_insert
+from tests.provider_server import ProviderServer
 from tests.smtp_server import SmtpTestServer, free_port
 from tests.sql_store import SqlStore
 
@@ -300,3 +302,15 @@ async def test_with_dkim_on_both_headers_are_signed_and_the_received_message_ver
     [tags] = signature_tags(message.data)
     assert {b"list-unsubscribe", b"list-unsubscribe-post"} <= set(tags[b"h"].split(b":"))
     assert dkim.verify(message.data, dnsfunc=dns_for(key))
+
+
+async def test_through_a_provider_api_the_request_carries_both_header_fields(
+        resend: Any, provider_server: ProviderServer, store: SqlStore) -> None:
+    await insert(store, "news", to_addresses=[ZOE], unsubscribe_category="newsletter")
+    daemon = await resend(provider_server, batch=False, unsubscribe=unsubscribe())
+    rows = await Running(daemon, store).final("news")
+    assert rows["news"]["status"] == "sent"
+    [request] = provider_server.sends()
+    headers = json.loads(request.body)["headers"]
+    assert local_path(headers["List-Unsubscribe"]).startswith("/unsubscribe/")
+    assert headers["List-Unsubscribe-Post"] == "List-Unsubscribe=One-Click"
