@@ -96,6 +96,8 @@ class Delivery:
     # the stored template it names, rendered before composition into subject, text_body and html_body (which
     # are empty until then); None: the row's own content
     template: TemplateRef | None = None
+    # the category a one-click unsubscribe leaves (docs/unsubscribe.md); None: no List-Unsubscribe
+    unsubscribe_category: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,7 @@ import anyio
 
 from ..clock import utc_now
 from ..delivery_events.suppression import REASONS, normal_address
+from ..delivery_events.unsubscribe import CATEGORY
 from ..errors import ConfigurationError, DatabaseError, NotFound
 from ..settings.config import Settings
 from ..store import EventStore
@@ -32,9 +33,10 @@ def cmd_webhooks(args: argparse.Namespace, settings: Settings) -> int:
     if address is None:
         raise ConfigurationError("OUTBOX_MAILER_WEBHOOKS__ADDRESS is not set: where should the receiver listen?",
                                  setting="OUTBOX_MAILER_WEBHOOKS__ADDRESS")
-    if not cfg.enabled():
+    if not cfg.enabled() and not settings.unsubscribe.enabled():
         raise ConfigurationError("no provider's webhook secret is set (for example "
-                                 "OUTBOX_MAILER_WEBHOOKS__RESEND__SECRET): the receiver would refuse everything")
+                                 "OUTBOX_MAILER_WEBHOOKS__RESEND__SECRET) and no OUTBOX_MAILER_UNSUBSCRIBE__KEYS: "
+                                 "the receiver would refuse everything")
     # imported here for start-up time: starlette, uvicorn, prometheus_client serve this command alone
     import httpx
 
@@ -45,7 +47,8 @@ def cmd_webhooks(args: argparse.Namespace, settings: Settings) -> int:
     async def go(store: EventStore) -> int:
         await store.require_schema()
         async with httpx.AsyncClient(trust_env=True, follow_redirects=False) as http:
-            receiver = Receiver(cfg, store, automatic_suppression=settings.suppression.automatic, http=http)
+            receiver = Receiver(cfg, store, automatic_suppression=settings.suppression.automatic, http=http,
+                                unsubscribe=settings.unsubscribe.signer())
             with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
                 async with serve_http(build_app(receiver), address, setting="OUTBOX_MAILER_WEBHOOKS__ADDRESS",
                                       exempt=cfg.proxy_networks()) as (host, port):
@@ -111,12 +114,24 @@ def _address(text: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _category(text: str) -> str:
+    if not CATEGORY.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"{text!r}: a category is 1-64 of a-z 0-9 . _ -, starting with a letter "
+                                         "or digit")
+    return text
+
+
+def _scope(scope: str) -> str:
+    """How a suppression's scope reads: '' is all mail."""
+    return f"category {scope}" if scope else "all mail"
+
+
 def cmd_suppress(args: argparse.Namespace, settings: Settings) -> int:
     expires = utc_now() + timedelta(seconds=args.expires_in) if args.expires_in is not None else None
 
     async def go(store: EventStore) -> int:
-        row = await store.suppress(args.address, args.reason, "operator", expires)
-        emit(row) if args.json else print(f"suppressed {row['address']} ({row['reason']}"
+        row = await store.suppress(args.address, args.reason, "operator", expires, args.category or "")
+        emit(row) if args.json else print(f"suppressed {row['address']} for {_scope(row['scope'])} ({row['reason']}"
                                           + (f", until {expires.isoformat()})" if expires else ")"))
         return EXIT_OK
 
@@ -125,9 +140,10 @@ def cmd_suppress(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_unsuppress(args: argparse.Namespace, settings: Settings) -> int:
     async def go(store: EventStore) -> int:
-        if not await store.unsuppress(args.address):
-            raise NotFound(args.address, f"{args.address} is not suppressed")
-        print(f"unsuppressed {args.address}")
+        scope = args.category or ""
+        if not await store.unsuppress(args.address, scope):
+            raise NotFound(args.address, f"{args.address} is not suppressed" + (f" for {scope}" if scope else ""))
+        print(f"unsuppressed {args.address} for {_scope(scope)}")
         return EXIT_OK
 
     return run_with_store(settings, go, EventStore)
@@ -143,8 +159,8 @@ def cmd_suppressions(args: argparse.Namespace, settings: Settings) -> int:
             expired = row["expires_at"] is not None and row["expires_at"] <= now
             until = f"  until {row['expires_at'].isoformat()}" + (" (expired)" if expired else "") \
                 if row["expires_at"] else ""
-            print(f"{row['address']}  {row['reason']}  from {row['source']}  since {row['created_at'].isoformat()}"
-                  + until)
+            print(f"{row['address']}  {_scope(row['scope'])}  {row['reason']}  from {row['source']}"
+                  f"  since {row['created_at'].isoformat()}" + until)
         return EXIT_OK
 
     return run_with_store(settings, go, EventStore)
@@ -179,6 +195,7 @@ def register(sub: Any) -> None:
 
     p = sub.add_parser("suppress", help="stop sending to an address")
     p.add_argument("address", type=_address)
+    p.add_argument("--category", type=_category, help="only the emails of this category (default: all mail)")
     p.add_argument("--reason", choices=REASONS, default="manual")
     p.add_argument("--expires-in", type=duration, metavar="DURATION", help="lift it after 90s, 15m, 1h, 7d...")
     p.add_argument("--json", action="store_true")
@@ -186,6 +203,7 @@ def register(sub: Any) -> None:
 
     p = sub.add_parser("unsuppress", help="send to a suppressed address again")
     p.add_argument("address", type=_address)
+    p.add_argument("--category", type=_category, help="lift the suppression of this category (default: all mail)")
     p.set_defaults(func=cmd_unsuppress)
 
     p = sub.add_parser("suppressions", help="list suppressed addresses, newest first")

@@ -115,7 +115,8 @@ INT4 = (1, 2_147_483_647)  # max_attempts is an int, at least 1
 ATTACHMENT_KEYS = ("content_base64", "content_type", "filename")
 OPTIONAL_ATTACHMENT_KEY = "content_id"  # an inline part's Content-ID (string or null)
 
-STRING_FIELDS = ("from_address", "reply_to", "text_body", "html_body", "transport")  # string or null
+STRING_FIELDS = ("from_address", "reply_to", "text_body", "html_body", "transport",  # string or null
+                 "unsubscribe_category")
 ADDRESS_LISTS = ("to_addresses", "cc_addresses", "bcc_addresses")  # list of strings (or one string)
 ENQUEUE_FIELDS = frozenset({
     "dedupe_key", "subject", *STRING_FIELDS, *ADDRESS_LISTS, "headers", "attachments", "metadata", "priority",

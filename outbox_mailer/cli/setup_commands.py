@@ -9,7 +9,7 @@ import anyio
 
 from ..errors import DatabaseError, TransportUnavailable
 from ..message.staging import StagingGuard
-from ..settings.checks import fallback_setting, parse_listen_address
+from ..settings.checks import fallback_setting, parse_listen_address, unsigned_unsubscribe
 from ..settings.config import Settings
 from ..settings.transports import SmtpSettings
 from ..store import Store
@@ -53,6 +53,7 @@ def cmd_check(args: argparse.Namespace, settings: Settings) -> int:
         guard = StagingGuard.of(settings.allowed_recipients, settings.redirect_to)
         report("staging guard", True, guard.describe() if guard is not None else "off: every recipient gets mail")
         report("dkim", True, settings.dkim.describe())  # domain, selector, key size: never the key
+        report("unsubscribe", True, unsubscribe_summary(settings))
         report("addresses", True, "special-use domains (.local, .test, .home.arpa ...) "
                + ("allowed, .invalid refused" if settings.allow_special_use_domains else
                   "refused (OUTBOX_MAILER_ALLOW_SPECIAL_USE_DOMAINS=true allows them)")
@@ -83,6 +84,17 @@ def cmd_check(args: argparse.Namespace, settings: Settings) -> int:
         return code
 
     return anyio.run(go)
+
+
+def unsubscribe_summary(settings: Settings) -> str:
+    """One-click unsubscribe as `check` reports it, with the warning when SMTP mail goes unsigned."""
+    config = settings.unsubscribe
+    if config.base_url is None:
+        return "off: rows naming an unsubscribe_category fail (set OUTBOX_MAILER_UNSUBSCRIBE__BASE_URL and __KEYS)"
+    smtp = [name for name, t in settings.all_transports().items() if isinstance(t, SmtpSettings)]
+    warning = unsigned_unsubscribe(smtp, settings.dkim.enabled)
+    return (f"links under {config.base_url}/unsubscribe/, valid {config.validity_days} days"
+            + (f"; WARNING: {warning}" if warning else ""))
 
 
 def local_relay_hint(name: str, settings: Settings) -> str | None:

@@ -20,6 +20,8 @@ applies when it composes the message:
   checks on its JSON columns);
 * traceparent: a W3C traceparent, as the INSERT checks it (``tracing/traceparent.py``); None: enqueue takes the
   current OpenTelemetry span's, when the application has one (docs/tracing.md).
+* unsubscribe_category: a category as the INSERT checks it (``delivery_events/unsubscribe.py``), on an email of
+  one recipient whose headers hold no List-Unsubscribe (docs/unsubscribe.md).
 
 The row is taken when the Email is made (:attr:`Email.row`): changing a dict given to it later changes nothing.
 """
@@ -34,6 +36,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
+from ..delivery_events.unsubscribe import CATEGORY
+from ..delivery_events.unsubscribe import HEADERS as UNSUBSCRIBE_HEADERS
 from ..errors import CompositionError, OutboxMailerError
 from ..message.addresses import (
     SPECIAL_USE_ALLOWED,
@@ -106,6 +110,7 @@ class Email:
     max_attempts: int | None = None
     ignore_suppressions: bool = False
     traceparent: str | None = None  # the trace it belongs to; None: the current span's at enqueue, if any
+    unsubscribe_category: str | None = None  # one-click unsubscribe from this category (docs/unsubscribe.md)
     template: str | None = None  # a stored template's name, instead of subject, text and html
     template_data: Mapping[str, Any] | None = None  # its variables (None: {}); only with a template
     locale: str | None = None  # pt-BR: then pt, then the template's default locale; only with a template
@@ -148,6 +153,7 @@ def _row(email: Email) -> dict[str, Any]:
         "max_attempts": None if email.max_attempts is None else _integer(email.max_attempts, "max_attempts", INT4),
         "ignore_suppressions": _boolean(email.ignore_suppressions, "ignore_suppressions"),
         "traceparent": _traceparent(email.traceparent),
+        "unsubscribe_category": _unsubscribe_category(email),
     }
 
 
@@ -175,6 +181,20 @@ def _content(email: Email, text: str | None, html: str | None) -> dict[str, Any]
         raise InvalidEmail("template_data", f"expected a dict, got {type(data).__name__}")
     return {"subject": None, "text_body": None, "html_body": None, "template": name,
             "template_data": _json_object(data, "template_data", 0), "locale": email.locale}
+
+
+def _unsubscribe_category(email: Email) -> str | None:
+    """The INSERT's rule (schema 28): a category, one recipient, no List-Unsubscribe of the email's own."""
+    category = email.unsubscribe_category
+    if category is None:
+        return None
+    if not CATEGORY.fullmatch(checked_type(category, str, "unsubscribe_category", "a string or None")):
+        raise InvalidEmail("unsubscribe_category", "1-64 characters of a-z 0-9 . _ -, starting with a letter or digit")
+    if len(_as_list(email.to)) + len(_as_list(email.cc)) + len(_as_list(email.bcc)) != 1:
+        raise InvalidEmail("unsubscribe_category", "needs exactly one recipient (to, cc and bcc together)")
+    if any(name.lower() in {h.lower() for h in UNSUBSCRIBE_HEADERS} for name in email.headers):
+        raise InvalidEmail("headers", "List-Unsubscribe and List-Unsubscribe-Post come from unsubscribe_category")
+    return category
 
 
 def dedupe_key_problem(value: str) -> str | None:

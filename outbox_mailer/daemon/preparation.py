@@ -1,4 +1,5 @@
-"""A claimed row made ready to send: its stored template rendered, screened for suppressions, held by the
+"""A claimed row made ready to send: its stored template rendered, screened for suppressions, given its
+unsubscribe link (a row naming an ``unsubscribe_category``: delivery_events/unsubscribe.py), held by the
 staging guard, composed.
 
 A row that names a template (docs/templates.md) is rendered first, into the subject and bodies that
@@ -19,6 +20,7 @@ from datetime import datetime
 
 from ..delivery import ComposedMessage, Delivery, Outcome, RefusedRecipient
 from ..delivery_events.suppression import screen
+from ..delivery_events.unsubscribe import without_links
 from ..errors import CompositionError, DatabaseError, TemplateError
 from ..message.compose import compose
 from ..message.staging import StagingGuard
@@ -36,6 +38,8 @@ class Preparation:
         self.limits = RenderLimits(settings.templates.render_timeout_seconds, settings.templates.memory_limit_bytes,
                                    settings.max_message_bytes)
         self.guard = StagingGuard.of(settings.allowed_recipients, settings.redirect_to)
+        links = settings.unsubscribe.links()
+        self.linked = links.added if links is not None else without_links  # List-Unsubscribe, or a refusal
         self.dropped: dict[int, tuple[RefusedRecipient, ...]] = {}  # recipients left out (suppressed, a Bcc redirected)
 
     async def message(self, delivery: Delivery, now: datetime) -> ComposedMessage | Outcome:
@@ -52,9 +56,12 @@ class Preparation:
         screened = screen(rendered)
         if screened.refusal is not None:
             return screened.refusal
+        linked = self.linked(screened.delivery, now)
+        if isinstance(linked, Outcome):
+            return linked
         if screened.dropped:
             self.dropped[delivery.id] = screened.dropped
-        guarded = self.guarded(screened.delivery)
+        guarded = self.guarded(linked)
         message = guarded if isinstance(guarded, Outcome) else self.composed(guarded, now)
         return message if isinstance(message, Outcome) else (screened.delivery, message)
 

@@ -8,6 +8,10 @@ leaves U+3002 alone, and lower() follows the database's locale); every writer of
 ``email_suppressions`` stores it, and the daemon compares the claimed rows' recipients in it with
 one look-up per claimed batch (:func:`addresses_to_check`, the store's ``suppressions_among``).
 
+A suppression has a scope: '' for all mail (hard bounces, complaints, an operator's), or a category, which
+holds back only the rows naming that ``unsubscribe_category`` (a one-click unsubscribe, docs/unsubscribe.md):
+a password reset still reaches a user who left the newsletter.
+
 A row whose every recipient is suppressed fails without a network call, ``last_error``
 starting with ``suppressed:``; otherwise its suppressed recipients are left out of the message
 (its To, Cc and Bcc, so no transport sends to them) and written on the attempt. A row with
@@ -18,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from ..delivery import Delivery, Outcome, RefusedRecipient
@@ -87,13 +91,23 @@ def addresses_to_check(deliveries: Iterable[Delivery]) -> list[str]:
     return sorted({f for d in deliveries for r in _recipients(d) if (f := form_or_none(r)) is not None})
 
 
-def with_suppressed(deliveries: Sequence[Delivery], found: Mapping[str, str]) -> list[Delivery]:
-    """Each row with its recipients found suppressed (``found``: normal form -> 'address reason
-    YYYY-MM-DD', as the look-up returns them) in ``delivery.suppressed``."""
-    out = []
+def categories_to_check(deliveries: Iterable[Delivery]) -> list[str]:
+    """The unsubscribe categories these claimed rows name, each once: the look-up's other half."""
+    return sorted({d.unsubscribe_category for d in deliveries if d.unsubscribe_category is not None})
+
+
+def with_suppressed(deliveries: Sequence[Delivery], found: Iterable[tuple[str, str, str]]) -> list[Delivery]:
+    """Each row with its recipients found suppressed in ``delivery.suppressed``. ``found``: (normal form,
+    scope, 'address reason YYYY-MM-DD'), as the look-up returns them; a scope other than '' counts only
+    for a row of that category."""
+    by_scope: dict[str, dict[str, str]] = {}
+    for address, scope, noted in found:
+        by_scope.setdefault(scope, {})[address] = noted
+    every, out = by_scope.get("", {}), []
     for d in deliveries:
-        forms = (form_or_none(r) for r in _recipients(d))
-        hits = dict.fromkeys(found[f] for f in forms if f is not None and f in found)
+        category = by_scope.get(d.unsubscribe_category, {}) if d.unsubscribe_category is not None else {}
+        forms = [f for f in map(form_or_none, _recipients(d)) if f is not None]
+        hits = dict.fromkeys(every.get(f) or category[f] for f in forms if f in every or f in category)
         out.append(dataclasses.replace(d, suppressed=tuple(hits)) if hits else d)
     return out
 

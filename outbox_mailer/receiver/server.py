@@ -3,8 +3,8 @@
 It faces the internet, so it runs apart from the daemon (its own command and systemd unit) and
 trusts nothing before the provider's own signature over the raw body checks out. Routes:
 ``POST /webhooks/<name>`` for each provider of the registry (``delivery_events/webhooks.py``: resend,
-postmark, sendgrid, ses, mailgun; 404 unless that provider's secret is set), ``GET /healthz``,
-``GET /metrics``.
+postmark, sendgrid, ses, mailgun; 404 unless that provider's secret is set), ``GET`` and ``POST
+/unsubscribe/{token}`` (one-click unsubscribe: :mod:`.unsubscribe_pages`), ``GET /healthz``, ``GET /metrics``.
 
 Answers: 413 for a body over 5 MiB (read no further), 401 for a bad or missing signature or
 credentials, a stale timestamp or a Mailgun token reused with another body (always the same words:
@@ -35,20 +35,21 @@ from starlette.routing import Route
 from ..clock import utc_now
 from ..delivery_events import ses
 from ..delivery_events.model import (
-    MAX_BODY_BYTES,
     Received,
-    TooLarge,
     Unauthenticated,
     Unavailable,
     WebhookRefused,
     WebhookRequest,
 )
+from ..delivery_events.unsubscribe import UnsubscribeKeys
 from ..delivery_events.webhooks import WEBHOOK_PROVIDERS
 from ..errors import DatabaseError
 from ..settings.events import WebhookSettings
 from ..store import EventStore
 from ..tracing.spans import configured
+from .bodies import read_body
 from .intake import take_in
+from .unsubscribe_pages import unsubscribe
 
 log = logging.getLogger("outbox_mailer")
 CERTIFICATE_CACHE = 32  # SNS signing certificates kept, by URL; as many failures to fetch one
@@ -66,8 +67,10 @@ class Receiver:
     """
 
     def __init__(self, settings: WebhookSettings, store: EventStore, *, automatic_suppression: bool,
-                 http: httpx.AsyncClient, clock: Callable[[], datetime] = utc_now) -> None:
+                 http: httpx.AsyncClient, clock: Callable[[], datetime] = utc_now,
+                 unsubscribe: UnsubscribeKeys | None = None) -> None:
         self.settings, self.store, self.http, self.clock = settings, store, http, clock
+        self.unsubscribe = unsubscribe  # the keys of one-click unsubscribe tokens; None: every link is unknown
         self.automatic = automatic_suppression
         self.enabled = set(settings.enabled())
         self.tracing = configured()  # None unless the process traces (docs/tracing.md)
@@ -81,6 +84,8 @@ class Receiver:
         self.refused = Counter("outbox_mailer_webhook_refused_requests",
                                "Requests refused: bad signature (401), malformed (400), too large (413)",
                                ["provider", "status"], registry=self.registry)
+        self.unsubscribes = Counter("outbox_mailer_unsubscribes", "One-click unsubscribes by verified link: new, "
+                                    "or repeated (a replay changes nothing)", ["outcome"], registry=self.registry)
         self.unavailable = Counter("outbox_mailer_webhook_unavailable_requests",
                                    "Requests answered 503: the database or SNS's certificate could not be reached",
                                    ["provider"],
@@ -127,19 +132,6 @@ def _bounded_put(cache: dict[str, Any], key: str, value: Any) -> None:
     cache[key] = value
 
 
-async def _body(request: Request) -> bytes:
-    length = request.headers.get("content-length")
-    if length is not None and length.isdigit() and int(length) > MAX_BODY_BYTES:
-        raise TooLarge(f"body of {length} bytes, over the limit of {MAX_BODY_BYTES}")
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > MAX_BODY_BYTES:
-            raise TooLarge(f"body over the limit of {MAX_BODY_BYTES} bytes")
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
 def _webhook(provider: str) -> Callable[[Request], Awaitable[Response]]:
     """The endpoint of ``POST /webhooks/<provider>``."""
 
@@ -153,7 +145,7 @@ async def _take(receiver: Receiver, provider: str, request: Request) -> Response
     if provider not in receiver.enabled:
         return PlainTextResponse("no such webhook here\n", status_code=404)
     try:
-        body = await _body(request)
+        body = await read_body(request)
         received = await receiver.verified(provider, {k.lower(): v for k, v in request.headers.items()}, body)
         if received.replay_token is not None and not await receiver.store.remember_token(
                 provider, received.replay_token, body):
@@ -196,6 +188,7 @@ async def _metrics(request: Request) -> Response:
 def build_app(receiver: Receiver) -> Any:
     app = Starlette(routes=[
         *(Route(f"/webhooks/{name}", _webhook(name), methods=["POST"]) for name in WEBHOOK_PROVIDERS),
+        Route("/unsubscribe/{token}", unsubscribe, methods=["GET", "POST"]),
         Route("/healthz", _healthz, methods=["GET"]),
         Route("/metrics", _metrics, methods=["GET"]),
     ])

@@ -177,3 +177,15 @@ def check_fallbacks(fallbacks: dict[str, str | None]) -> None:
                 raise ValueError(f"{fallback_setting(name)}: the fallbacks loop: {' -> '.join([*chain, fallback])}")
             chain.append(fallback)
             fallback = fallbacks[fallback]
+
+
+def unsigned_unsubscribe(smtp_transports: list[str], dkim_signs: bool) -> str | None:
+    """The warning ``check`` gives when one-click unsubscribe is on and SMTP transports send unsigned: RFC 8058
+    asks for a DKIM signature covering List-Unsubscribe and List-Unsubscribe-Post, and mailbox providers
+    ignore the headers without it. None when nothing sends unsigned (provider APIs sign with the account's
+    domain keys)."""
+    if dkim_signs or not smtp_transports:
+        return None
+    return (f"the SMTP transport(s) {', '.join(smtp_transports)} send without a DKIM signature, so mailbox "
+            "providers may ignore List-Unsubscribe (RFC 8058 asks for one covering it): set "
+            "OUTBOX_MAILER_DKIM__DOMAIN, __SELECTOR and __PRIVATE_KEY")

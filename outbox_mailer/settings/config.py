@@ -48,7 +48,7 @@ from .checks import (
     source_error,
 )
 from .console import ConsoleSettings
-from .events import BounceSettings, SuppressionSettings, WebhookSettings
+from .events import BounceSettings, SuppressionSettings, UnsubscribeSettings, WebhookSettings
 from .limits import DAY, FINITE, HOUR, WEEK
 from .names import refuse_unknown_names
 from .transports import ApiTransportSettings, SmtpSettings, SmtpTransportSettings, TransportSettings
@@ -143,6 +143,7 @@ class Settings(BaseSettings):
     console: ConsoleSettings = ConsoleSettings()  # `outbox-mailer console`: the operator console
     suppression: SuppressionSettings = SuppressionSettings()
     bounces: BounceSettings = BounceSettings()  # tagged envelope senders (VERP): BOUNCES__ADDRESS, __KEY, __PER_RECIPIENT
+    unsubscribe: UnsubscribeSettings = UnsubscribeSettings()  # one-click unsubscribe: UNSUBSCRIBE__BASE_URL, __KEYS
     debug_wedge_file: str | None = None  # while this file exists the claim loop stops: proves a watchdog set-up
     allowed_recipients: str | None = None  # staging guard: only these (addresses, @domain, @*.domain) get mail
     redirect_to: str | None = None  # staging guard: every email goes to this address instead (staging.py)

@@ -1,4 +1,5 @@
-"""Settings of the webhook receiver (``OUTBOX_MAILER_WEBHOOKS__...``), of suppression and of bounce tags.
+"""Settings of the webhook receiver (``OUTBOX_MAILER_WEBHOOKS__...``), of suppression, of bounce tags and of
+one-click unsubscribe (``OUTBOX_MAILER_UNSUBSCRIBE__...``).
 
 Each provider's credentials are declared by its webhook scheme (``delivery_events/webhooks.py`` lists
 them); its route is enabled only when they are set, and a provider left unset answers 404.
@@ -10,11 +11,13 @@ from __future__ import annotations
 
 import re
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, SecretStr, create_model, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, create_model, field_validator, model_validator
 
 from ..delivery_events.bounce_tags import MAX_LOCAL_OCTETS, BounceAddress
 from ..delivery_events.model import WebhookScheme
+from ..delivery_events.unsubscribe import UnsubscribeKeys, UnsubscribeLinks
 from ..delivery_events.webhooks import WEBHOOK_PROVIDERS
 from ..errors import CompositionError
 from ..message.addresses import parse_address
@@ -110,3 +113,54 @@ class BounceSettings(BaseModel):
             return None
         keys = [k.get_secret_value().strip().encode() for k in (self.key, self.previous_key) if k is not None]
         return BounceAddress(self.address, keys)
+
+
+class UnsubscribeSettings(BaseModel):
+    """One-click unsubscribe (RFC 8058, docs/unsubscribe.md): the public URL and the tokens' keys."""
+
+    # public https:// URL under which the receiver (`outbox-mailer webhooks`) serves /unsubscribe/TOKEN
+    base_url: str | None = None
+    # HMAC keys of the tokens, comma-separated, each at least 16 characters (credential file unsubscribe__keys):
+    # the first signs, every one listed verifies (rotation: add the new key first, drop the old one later)
+    keys: SecretStr | None = None
+    validity_days: int = Field(default=365, ge=1, le=3650)  # a token is accepted this long after its message
+
+    @field_validator("base_url")
+    @classmethod
+    def _base_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        parts = urlsplit(value)
+        if parts.scheme != "https" or not parts.hostname or parts.query or parts.fragment or not value.isascii():
+            raise ValueError(f"{value!r}: an https:// URL without query or fragment (mailbox providers POST only "
+                             "to https, RFC 8058)")
+        return value.rstrip("/")
+
+    @field_validator("keys")
+    @classmethod
+    def _keys(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and (not _split(value) or any(len(k) < _MIN_KEY_CHARS for k in _split(value))):
+            raise ValueError(f"a key is too short: use at least {_MIN_KEY_CHARS} random characters for each")
+        return value
+
+    @model_validator(mode="after")
+    def _together(self) -> UnsubscribeSettings:
+        if (self.base_url is None) != (self.keys is None):
+            raise ValueError("set BASE_URL and KEYS together")
+        return self
+
+    def enabled(self) -> bool:
+        return self.keys is not None
+
+    def signer(self) -> UnsubscribeKeys | None:
+        if self.keys is None:
+            return None
+        return UnsubscribeKeys([k.encode() for k in _split(self.keys)], validity_days=self.validity_days)
+
+    def links(self) -> UnsubscribeLinks | None:
+        keys = self.signer()
+        return None if keys is None or self.base_url is None else UnsubscribeLinks(self.base_url, keys)
+
+
+def _split(keys: SecretStr) -> list[str]:
+    return [k.strip() for k in keys.get_secret_value().split(",") if k.strip()]

@@ -125,7 +125,7 @@ class Store:
                 email["subject"], email.get("text_body"), email.get("html_body"), email.get("headers") or {},
                 email.get("attachments") or [], email.get("metadata") or {}, email.get("transport"),
                 email.get("priority") or 0, email.get("scheduled_at"), email.get("expires_at"),
-                email.get("max_attempts"), bool(email.get("ignore_suppressions")),
+                email.get("max_attempts"), bool(email.get("ignore_suppressions")), email.get("unsubscribe_category"),
             )
         return delivery_id
 

@@ -253,9 +253,9 @@ SELECT (SELECT count(*) FROM email_delivery_attempts
 FROM email_delivery_events WHERE received_at >= now() - make_interval(secs => $1) AND delivery_id IS NOT NULL;
 
 -- name: console_suppressions
--- Suppressions whose address contains $1 (a LIKE pattern; '%' for all), newest first, at most $2.
-SELECT address, reason, source, delivery_id, created_at, expires_at FROM email_suppressions
-WHERE address LIKE $1 ORDER BY created_at DESC, address LIMIT $2;
+-- Suppressions whose address contains $1 (a LIKE pattern; '%' for all), newest first, at most $2, with their scope ('': all mail; else a category).
+SELECT address, scope, reason, source, delivery_id, created_at, expires_at FROM email_suppressions
+WHERE address LIKE $1 ORDER BY created_at DESC, address, scope LIMIT $2;
 
 -- name: console_pause
 -- Pause transport $2 for reason $3 until $4 (null: until resumed), as the operator of session $1.

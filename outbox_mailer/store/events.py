@@ -17,6 +17,7 @@ from ..delivery_events.bounce_tags import BounceTag, Unproven
 from ..delivery_events.model import BounceClass, Kind, ProviderEvent
 from ..delivery_events.suppression import (
     addresses_to_check,
+    categories_to_check,
     event_counts,
     form_or_none,
     suppression_for,
@@ -36,7 +37,8 @@ async def screened(conn: asyncpg.Connection, rows: Sequence[asyncpg.Record], max
     addresses = addresses_to_check(checked)
     if not addresses:
         return deliveries
-    found = {r["address"]: r["noted"] for r in await conn.fetch(sql("suppressions_among"), addresses)}
+    found = [(r["address"], r["scope"], r["noted"])
+             for r in await conn.fetch(sql("suppressions_among"), addresses, categories_to_check(checked))]
     by_id = {d.id: d for d in with_suppressed(checked, found)}
     return [by_id.get(d.id, d) for d in deliveries]
 
@@ -98,13 +100,20 @@ class EventStore(Store):
         async with self._conn() as conn:
             return bool(await conn.fetchval(sql("remember_token"), provider, token, hashlib.sha256(body).digest()))
 
-    async def suppress(self, address: str, reason: str, source: str, expires_at: datetime | None) -> dict[str, Any]:
+    async def suppress(self, address: str, reason: str, source: str, expires_at: datetime | None,
+                       scope: str = "") -> dict[str, Any]:
+        """Suppress ``address`` (normal form) for all mail (``scope`` '') or for one category."""
         async with self._conn() as conn:
-            return dict(one(await conn.fetchrow(sql("suppress"), address, reason, source, expires_at)))
+            return dict(one(await conn.fetchrow(sql("suppress"), address, reason, source, expires_at, scope)))
 
-    async def unsuppress(self, address: str) -> bool:
+    async def unsubscribe(self, address: str, category: str, delivery_id: int) -> bool:
+        """A one-click unsubscribe written once; False when that address had left that category already."""
         async with self._conn() as conn:
-            return await conn.fetchval(sql("unsuppress"), address) is not None
+            return bool(await conn.fetchval(sql("unsubscribe"), address, category, delivery_id))
+
+    async def unsuppress(self, address: str, scope: str = "") -> bool:
+        async with self._conn() as conn:
+            return await conn.fetchval(sql("unsuppress"), address, scope) is not None
 
     async def suppressions(self) -> list[dict[str, Any]]:
         async with self._conn() as conn:

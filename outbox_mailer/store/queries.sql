@@ -48,7 +48,7 @@ CASE WHEN d.attempts > 1 THEN (
     WHERE a.delivery_id = d.id AND a.outcome = 'ambiguous'
     ORDER BY a.attempt DESC, a.started_at DESC LIMIT 1) END AS pinned_transport,
 -- include: content_size
-AS content_bytes, d.retry_recipients, d.traceparent,
+AS content_bytes, d.retry_recipients, d.traceparent, d.unsubscribe_category,
 CASE WHEN
     -- include: fits
     THEN d.from_address END AS from_address,
@@ -357,8 +357,8 @@ ORDER BY attempt, id;
 INSERT INTO email_deliveries
     (dedupe_key, from_address, to_addresses, cc_addresses, bcc_addresses, reply_to, subject, text_body,
      html_body, headers, attachments, metadata, transport, priority, scheduled_at, expires_at, max_attempts,
-     ignore_suppressions)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, coalesce($15, now()), $16, $17, $18)
+     ignore_suppressions, unsubscribe_category)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, coalesce($15, now()), $16, $17, $18, $19)
 ON CONFLICT (dedupe_key) DO NOTHING
 RETURNING id;
 
@@ -581,7 +581,7 @@ INSERT INTO email_suppressions (address, reason, source, delivery_id)
 SELECT DISTINCT ON (address) address, reason, provider, delivery_id FROM e
 WHERE counts AND reason IS NOT NULL AND address IS NOT NULL
 ORDER BY address, at
-ON CONFLICT (address) DO NOTHING;
+ON CONFLICT (address, scope) DO NOTHING;
 
 -- name: waiting_events
 -- Events that matched no row and quote the provider's message id ($2) or the Message-ID ($3) of the outcome just written for row $1 (they came before it), locked, each with that row and the row's recipients. Served by the partial indexes of unmatched events' quoted ids (schema 20).
@@ -616,7 +616,7 @@ WITH old AS (
 ), added AS (
     INSERT INTO email_suppressions (address, reason, source, delivery_id, created_at, expires_at)
     SELECT DISTINCT ON (normal) normal, reason, source, delivery_id, created_at, expires_at FROM moved ORDER BY normal, n
-    ON CONFLICT (address) DO NOTHING
+    ON CONFLICT (address, scope) DO NOTHING
 )
 UPDATE email_suppressions SET address_form = 2  -- the others were moved: their new rows are of form 2
 WHERE address = ANY (ARRAY(SELECT address FROM old WHERE address = normal));
@@ -632,23 +632,36 @@ SELECT EXISTS (SELECT 1 FROM seen)
     OR EXISTS (SELECT 1 FROM email_webhook_tokens WHERE provider = $1 AND token = $2 AND body_sha256 = $3);
 
 -- name: suppressions_among
--- Which of these addresses ($1, each in the normal form: suppression.py) are suppressed now, as 'address reason YYYY-MM-DD' (what Delivery.suppressed holds): the daemon's one look-up per claimed batch. Served by the primary key.
-SELECT s.address, s.address || ' ' || s.reason || ' ' || to_char(s.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD') AS noted
+-- Which of these addresses ($1, each in the normal form: suppression.py) are suppressed now for all mail or for one of the categories $2, with the scope and as 'address reason YYYY-MM-DD' (a category's reason as 'unsubscribe/newsletter'; what Delivery.suppressed holds): the daemon's one look-up per claimed batch. Served by the primary key (address, scope).
+SELECT s.address, s.scope,
+       s.address || ' ' || s.reason || CASE WHEN s.scope = '' THEN '' ELSE '/' || s.scope END || ' '
+       || to_char(s.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD') AS noted
 FROM email_suppressions s
-WHERE s.address = ANY ($1::text[]) AND (s.expires_at IS NULL OR s.expires_at > now());
+WHERE s.address = ANY ($1::text[]) AND (s.scope = '' OR s.scope = ANY ($2::text[]))
+  AND (s.expires_at IS NULL OR s.expires_at > now());
 
 -- name: suppress
--- Suppress address $1 (normal form) for reason $2 from source $3, expiring at $4 (null: never); an existing suppression is replaced. Returns the row.
-SELECT address, reason, source, delivery_id, created_at, expires_at FROM email_suppress($1, $2, $3, $4);
+-- Suppress address $1 (normal form) for reason $2 from source $3, expiring at $4 (null: never), for scope $5 ('': all mail; else a category); an existing suppression of that address and scope is replaced. Returns the row.
+SELECT address, scope, reason, source, delivery_id, created_at, expires_at FROM email_suppress($1, $2, $3, $4, $5);
+
+-- name: unsubscribe
+-- A one-click unsubscribe: suppress address $1 (normal form) for category $2, from row $3 (null when it is gone), unless it is suppressed for that category already (a replayed token changes nothing). Returns whether it was new.
+WITH added AS (
+    INSERT INTO email_suppressions (address, scope, reason, source, delivery_id)
+    SELECT $1, $2, 'unsubscribe', 'one-click', (SELECT id FROM email_deliveries WHERE id = $3)
+    ON CONFLICT (address, scope) DO NOTHING
+    RETURNING true
+)
+SELECT EXISTS (SELECT 1 FROM added);
 
 -- name: unsuppress
--- Lift the suppression of address $1; returns whether there was one.
-DELETE FROM email_suppressions WHERE address = $1 RETURNING address;
+-- Lift the suppression of address $1 for scope $2 ('': all mail; else a category); returns whether there was one.
+DELETE FROM email_suppressions WHERE address = $1 AND scope = $2 RETURNING address;
 
 -- name: suppressions
--- Every suppression, newest first, expired ones included (expires_at says so).
-SELECT address, reason, source, delivery_id, created_at, expires_at FROM email_suppressions
-ORDER BY created_at DESC, address;
+-- Every suppression, newest first, expired ones included (expires_at says so), with its scope ('': all mail).
+SELECT address, scope, reason, source, delivery_id, created_at, expires_at FROM email_suppressions
+ORDER BY created_at DESC, address, scope;
 
 -- name: events_of
 -- The delivery events of the row with dedupe key $1, oldest first.
@@ -683,7 +696,7 @@ WITH refusal AS (
 )
 INSERT INTO email_suppressions (address, reason, source, delivery_id)
 SELECT DISTINCT ON (address) address, 'hard_bounce', 'smtp', delivery_id FROM refusal WHERE $7
-ON CONFLICT (address) DO NOTHING;
+ON CONFLICT (address, scope) DO NOTHING;
 
 -- name: take_capacity
 -- One grant of a transport's shared limits (sql/0011_shared_limits.sql, outbox_mailer/daemon/quotas.py): $1 transport, $2 RATE_PER_SECOND (null: none), $3 BURST, $4 requests wanted, $5 horizon in seconds, $6 DAILY_LIMIT (null: none), $7 DAILY_WINDOW_SECONDS, $8 recipients wanted, $9 recipients given back, $10 the slot they were granted in, $11 recovery seconds of a throttled rate.

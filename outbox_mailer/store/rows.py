@@ -120,6 +120,7 @@ def delivery_from_row(row: asyncpg.Record, max_content_bytes: int) -> Delivery:
         expires_at=expires_at, created_at=created_at, first_attempt_at=first_attempt_at,
         retry_recipients=retry_recipients, message_id=row["message_id"],
         pinned_transport=row["pinned_transport"], traceparent=row["traceparent"],
+        unsubscribe_category=row.get("unsubscribe_category"),  # the claim returns it (schema 28)
         listed=(*row["to_addresses"], *row["cc_addresses"], *row["bcc_addresses"]), template=named,
     )
 

@@ -193,6 +193,10 @@ BEGIN
         PERFORM email_deliveries_check_traceparent(NEW.traceparent);
     END IF;
     PERFORM email_deliveries_check_states(NEW);
+    -- schema 28 (one-click unsubscribe): the one addition to 0027's body
+    IF NEW.unsubscribe_category IS NOT NULL THEN
+        PERFORM email_deliveries_check_unsubscribe(NEW);
+    END IF;
     RETURN NEW;
 END;
 $_$;
@@ -248,7 +252,8 @@ CREATE TABLE public.email_deliveries (
     template text,
     template_data jsonb,
     locale text,
-    template_version integer
+    template_version integer,
+    unsubscribe_category text
 )
 WITH (autovacuum_vacuum_scale_factor='0.01', autovacuum_vacuum_threshold='1000', autovacuum_vacuum_insert_scale_factor='0.05', autovacuum_analyze_scale_factor='0.02', autovacuum_vacuum_cost_delay='1', fillfactor='50');
 
@@ -345,6 +350,13 @@ COMMENT ON COLUMN public.email_deliveries.template_version IS 'resolved at INSER
 
 
 --
+-- Name: COLUMN email_deliveries.unsubscribe_category; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.email_deliveries.unsubscribe_category IS 'application-owned: the unsubscribe category of a single-recipient email (List-Unsubscribe, RFC 8058); null: none';
+
+
+--
 -- Name: email_deliveries_check_states(public.email_deliveries); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -407,6 +419,32 @@ BEGIN
     END IF;
 END;
 $_$;
+
+
+--
+-- Name: email_deliveries_check_unsubscribe(public.email_deliveries); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.email_deliveries_check_unsubscribe(d public.email_deliveries) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF NOT email_unsubscribe_category_valid(d.unsubscribe_category) THEN
+        PERFORM email_deliveries_refuse_field('email_deliveries_unsubscribe_category_valid', 'unsubscribe_category',
+            'unsubscribe_category ' || left(to_jsonb(d.unsubscribe_category)::text, 80)
+            || ': 1-64 characters of a-z 0-9 . _ -, starting with a letter or digit');
+    ELSIF cardinality(d.to_addresses) + cardinality(d.cc_addresses) + cardinality(d.bcc_addresses) <> 1 THEN
+        PERFORM email_deliveries_refuse_field('email_deliveries_unsubscribe_single_recipient', 'unsubscribe_category',
+            'unsubscribe_category needs exactly one recipient (To, Cc and Bcc together): one unsubscribe link '
+            || 'would let any recipient unsubscribe the others');
+    ELSIF EXISTS (SELECT 1 FROM jsonb_object_keys(d.headers) AS k
+                  WHERE lower(k) IN ('list-unsubscribe', 'list-unsubscribe-post')) THEN
+        PERFORM email_deliveries_refuse_field('email_deliveries_unsubscribe_headers', 'headers',
+            'a row with unsubscribe_category gets List-Unsubscribe and List-Unsubscribe-Post from the daemon; '
+            || 'its headers may not hold them');
+    END IF;
+END;
+$$;
 
 
 --
@@ -886,6 +924,17 @@ $_$;
 
 
 --
+-- Name: email_unsubscribe_category_valid(text); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.email_unsubscribe_category_valid(value text) RETURNS boolean
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    AS $_$
+    SELECT value ~ '^[a-z0-9][a-z0-9._-]{0,63}$'
+$_$;
+
+
+--
 -- Name: email_suppressions; Type: TABLE; Schema: public; Owner: -
 --
 
@@ -897,8 +946,10 @@ CREATE TABLE public.email_suppressions (
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     expires_at timestamp with time zone,
     address_form smallint DEFAULT 2 NOT NULL,
+    scope text DEFAULT ''::text NOT NULL,
     CONSTRAINT email_suppressions_address_normalised CHECK (((address = lower((address COLLATE "C"))) AND (address ~~ '%_@_%'::text) AND (address !~ '[<>[:space:]]'::text))),
-    CONSTRAINT email_suppressions_reason_valid CHECK ((reason = ANY (ARRAY['hard_bounce'::text, 'complaint'::text, 'unsubscribe'::text, 'manual'::text])))
+    CONSTRAINT email_suppressions_reason_valid CHECK ((reason = ANY (ARRAY['hard_bounce'::text, 'complaint'::text, 'unsubscribe'::text, 'manual'::text]))),
+    CONSTRAINT email_suppressions_scope_valid CHECK (((scope = ''::text) OR public.email_unsubscribe_category_valid(scope)))
 );
 
 
@@ -910,15 +961,32 @@ COMMENT ON COLUMN public.email_suppressions.address_form IS '2: address in the e
 
 
 --
+-- Name: COLUMN email_suppressions.scope; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.email_suppressions.scope IS 'empty: all mail to the address; else the unsubscribe category whose rows alone it suppresses';
+
+
+--
 -- Name: email_suppress(text, text, text, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: -
 --
 
 CREATE FUNCTION public.email_suppress(address text, reason text, source text, expires_at timestamp with time zone) RETURNS SETOF public.email_suppressions
     LANGUAGE sql
     AS $_$
-    -- an existing suppression of the address is replaced
-    INSERT INTO email_suppressions (address, reason, source, expires_at) VALUES ($1, $2, $3, $4)
-    ON CONFLICT (address) DO UPDATE
+    SELECT * FROM email_suppress($1, $2, $3, $4, '');
+$_$;
+
+
+--
+-- Name: email_suppress(text, text, text, timestamp with time zone, text); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.email_suppress(address text, reason text, source text, expires_at timestamp with time zone, scope text) RETURNS SETOF public.email_suppressions
+    LANGUAGE sql
+    AS $_$
+    INSERT INTO email_suppressions (address, reason, source, expires_at, scope) VALUES ($1, $2, $3, $4, $5)
+    ON CONFLICT (address, scope) DO UPDATE
         SET reason = EXCLUDED.reason, source = EXCLUDED.source, expires_at = EXCLUDED.expires_at,
             created_at = now(), delivery_id = NULL
     RETURNING *;
@@ -1626,7 +1694,7 @@ ALTER TABLE ONLY public.email_queue
 --
 
 ALTER TABLE ONLY public.email_suppressions
-    ADD CONSTRAINT email_suppressions_pkey PRIMARY KEY (address);
+    ADD CONSTRAINT email_suppressions_pkey PRIMARY KEY (address, scope);
 
 
 --

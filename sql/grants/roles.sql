@@ -12,7 +12,7 @@ GRANT SELECT ON email_deliveries, email_delivery_attempts, email_delivery_events
 GRANT INSERT (dedupe_key, from_address, to_addresses, cc_addresses, bcc_addresses, reply_to, subject,
               text_body, html_body, headers, attachments, metadata, transport, priority, scheduled_at,
               expires_at, max_attempts, ignore_suppressions, traceparent, template, template_data, locale,
-              template_version)
+              template_version, unsubscribe_category)
     ON email_deliveries TO :"app_role";
 -- A row naming a template: the INSERT resolves its version through a SECURITY DEFINER function (schema 27),
 -- so the application needs no grant on email_templates.
@@ -40,7 +40,8 @@ GRANT SELECT, INSERT, DELETE ON email_console_users TO :"daemon_role";
 -- their functions (schema 22).
 GRANT SELECT, DELETE ON email_console_sessions TO :"daemon_role";
 GRANT EXECUTE ON FUNCTION email_delivery_retry(text[], integer, integer), email_delivery_cancel(text[]),
-    email_delivery_resolve(text, text), email_suppress(text, text, text, timestamptz) TO :"daemon_role";
+    email_delivery_resolve(text, text), email_suppress(text, text, text, timestamptz),
+    email_suppress(text, text, text, timestamptz, text) TO :"daemon_role";
 GRANT SELECT, INSERT ON email_operator_actions TO :"daemon_role";
 -- Transport pauses (schema 24): every daemon reads them and publishes its circuit breaker's; `pause`
 -- and `resume` follow the rules of their functions and record the action.

@@ -1,5 +1,6 @@
 """The receiver serves one route per provider of the webhook registry (delivery_events/webhooks.py), and no other
-webhook route: on loopback, against a real PostgreSQL, with every provider's credentials set."""
+webhook route (besides them: one-click unsubscribe, health and metrics): on loopback, against a real PostgreSQL,
+with every provider's credentials set."""
 
 from __future__ import annotations
 
@@ -38,6 +39,8 @@ async def test_the_webhook_routes_served_are_exactly_the_registrys(db_url: str) 
             app = build_app(Receiver(settings.webhooks, store, automatic_suppression=True, http=http))
             served = [r.path for r in app.routes if isinstance(r, Route) and r.path.startswith("/webhooks/")]
             assert served == [f"/webhooks/{name}" for name in WEBHOOK_PROVIDERS]
+            others = [r.path for r in app.routes if isinstance(r, Route) and not r.path.startswith("/webhooks/")]
+            assert others == ["/unsubscribe/{token}", "/healthz", "/metrics"], "and besides them, only these"
             async with serve_http(app, f"127.0.0.1:{free_port()}", setting="test") as (host, port):
                 for name in WEBHOOK_PROVIDERS:  # each scheme answers: an unsigned request is not authenticated
                     reply = await http.post(f"http://{host}:{port}/webhooks/{name}", content=b"{}")
