@@ -13,7 +13,8 @@ without padding. PAYLOAD is ``row id, issued day, category, address`` (the recip
 PAYLOAD, keyed by the key whose id is KID (a keyed hash of the key: it names the key without revealing
 it). The first key of ``OUTBOX_MAILER_UNSUBSCRIBE__KEYS`` signs, every listed key verifies (rotation:
 list the new key first, remove the old one once its tokens may have expired). A token is good for
-``VALIDITY_DAYS`` after the day its message was composed: mailbox providers may POST months later.
+``VALIDITY_DAYS`` after the day its row was created: mailbox providers may POST months later, and every
+attempt of a row carries the same link (its message's bytes do not move with the day it is sent).
 
 The payload is signed, not encrypted: the address can be read from the URL by whoever holds the message.
 Pure: the standard library's ``hmac`` is all it needs (docs/unsubscribe.md says why no library).
@@ -32,6 +33,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from ..delivery import Delivery, Outcome
+from .bounce_tags import day_of
 from .suppression import form_or_none
 
 __all__ = ["CATEGORY", "ONE_CLICK", "UnsubscribeKeys", "UnsubscribeLinks", "Unsubscription", "day_of"]
@@ -46,11 +48,6 @@ _KEY_ID_PREFIX = b"outbox-mailer unsubscribe key id\n"
 _B64 = re.compile(r"[A-Za-z0-9_-]+")
 
 
-def day_of(moment: datetime) -> int:
-    """Days since 1970-01-01 (UTC): a token's issue date."""
-    return int(moment.timestamp() // 86400)
-
-
 @dataclass(frozen=True, slots=True)
 class Unsubscription:
     """What a verified token says: this row's recipient leaves this category."""
@@ -58,7 +55,7 @@ class Unsubscription:
     delivery_id: int
     address: str  # the suppression form
     category: str
-    issued: int  # day_of() of the composition
+    issued: int  # day_of() of the row's creation
 
 
 def _b64(data: bytes) -> str:
@@ -129,7 +126,8 @@ class UnsubscribeLinks:
         return f"{self.base_url}/unsubscribe/{token}"
 
     def added(self, delivery: Delivery, now: datetime) -> Delivery | Outcome:
-        """The row with List-Unsubscribe and List-Unsubscribe-Post among its headers (replacing any of its
+        """(``now``: the signature the preparation calls; the token is dated by the row's creation.)
+        The row with List-Unsubscribe and List-Unsubscribe-Post among its headers (replacing any of its
         own), or why it cannot be sent: a row written past the INSERT's checks."""
         category = delivery.unsubscribe_category
         if category is None:
@@ -139,7 +137,7 @@ class UnsubscribeLinks:
         if address is None or not CATEGORY.fullmatch(category):
             return Outcome.unsendable(f"unsubscribe_category {category!r} needs one recipient and a category of "
                                       "1-64 a-z 0-9 . _ - (docs/unsubscribe.md)")
-        token = self.keys.token(delivery.id, address, category, day_of(now))
+        token = self.keys.token(delivery.id, address, category, day_of(delivery.created_at))
         own = {k: v for k, v in delivery.headers.items() if k.lower() not in {h.lower() for h in HEADERS}}
         headers = {**own, HEADERS[0]: f"<{self.url(token)}>", HEADERS[1]: ONE_CLICK}
         return dataclasses.replace(delivery, headers=headers)

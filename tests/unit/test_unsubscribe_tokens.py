@@ -93,3 +93,20 @@ def test_no_string_reads_as_a_token_unless_it_was_signed(text: str) -> None:
 ])
 def test_a_category_is_1_to_64_of_lower_case_letters_digits_dot_underscore_hyphen(category: str, valid: bool) -> None:
     assert (CATEGORY.fullmatch(category) is not None) is valid
+
+
+def test_every_attempt_of_a_row_carries_the_same_link_whatever_day_it_is_sent() -> None:
+    """A retry or a rescue days later composes the same List-Unsubscribe: the bytes of a row's message do not
+    move with the day (a rescued batch is resent only when its digest matches)."""
+    from outbox_mailer.delivery import Delivery
+    from outbox_mailer.delivery_events.unsubscribe import UnsubscribeLinks
+    from tests.daemon_fakes import make_delivery
+
+    links = UnsubscribeLinks("https://mail.example.com", KEYS)
+    row = make_delivery(1, to_addresses=("zoe@example.com",), unsubscribe_category="newsletter",
+                        created_at=NOW - timedelta(days=3))
+    first, later = links.added(row, NOW), links.added(row, NOW + timedelta(days=40))
+    assert isinstance(first, Delivery) and isinstance(later, Delivery)
+    assert first.headers["List-Unsubscribe"] == later.headers["List-Unsubscribe"]
+    read = KEYS.read(first.headers["List-Unsubscribe"].rsplit("/", 1)[1].rstrip(">"), TODAY)
+    assert read is not None and read.issued == day_of(NOW - timedelta(days=3)), "dated by the row's creation"
