@@ -27,9 +27,9 @@ from .web import (
     Console,
     Refused,
     checked_form,
-    email_key,
     key_url,
     path_segments,
+    segment_value,
     with_query,
 )
 
@@ -129,7 +129,7 @@ async def email_action(request: Request, console: Console, session: Session) -> 
     segments = path_segments(request, "/emails/")
     if len(segments) != 2 or segments[1] not in ("retry", "cancel", "resolve"):
         raise Refused(404, "no such action")
-    key, action = email_key(request, segments), segments[1]
+    key, action = segment_value(request, segments), segments[1]
     store, default_attempts = console.store, console.settings.max_attempts
     outcome: str | None = None
     detail: dict[str, Any] = {}

@@ -23,7 +23,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from ..errors import DatabaseBusy, DatabaseUnavailable
-from . import actions, pages
+from . import actions, pages, template_pages
 from .auth import Session
 from .filters import Malformed
 from .web import Console, Refused
@@ -124,6 +124,8 @@ def build_app(console: Console) -> Any:
         Route("/emails/{rest:path}", signed_in(pages.email), methods=["GET"]),
         Route("/emails/{rest:path}", signed_in(actions.email_action), methods=["POST"]),
         Route("/in-doubt", signed_in(pages.in_doubt), methods=["GET"]),
+        Route("/templates", signed_in(template_pages.templates), methods=["GET"]),
+        Route("/templates/{rest:path}", signed_in(template_pages.template), methods=["GET"]),
         Route("/suppressions", signed_in(pages.suppressions), methods=["GET"]),
         Route("/suppressions", signed_in(actions.suppress), methods=["POST"]),
         Route("/suppressions/{rest:path}", signed_in(actions.unsuppress), methods=["POST"]),

@@ -71,7 +71,10 @@ def inert_links(html: str) -> str:
 
 
 def composed_headers(row: dict[str, Any], settings: Settings) -> str:
-    """The header block the daemon would send for ``row`` (its Date: now), or why it cannot be composed."""
+    """The header block the daemon would send for ``row`` (its Date: now), or why it cannot be composed (a row
+    naming a template has no Subject until the daemon renders it)."""
+    if row.get("template") is not None:
+        return "(composed when it is sent, with the Subject rendered from its template)"
     message_id = row["message_id"] if is_message_id(row["message_id"]) else PLACEHOLDER_ID
     delivery = Delivery(
         id=row["id"], dedupe_key=row["dedupe_key"], claim_token=uuid.UUID(int=0), attempts=row["attempts"],

@@ -19,7 +19,7 @@ from .filters import (
     parse_filter,
     query_string,
 )
-from .web import Console, Refused, email_key, key_url, path_segments
+from .web import Console, Refused, key_url, path_segments, segment_value
 
 PAGE_ROWS = 50
 NOTICES = {"retry": "Requeued: it is pending again.", "cancel": "Cancelled.", "resolve": "Resolved."}
@@ -79,7 +79,7 @@ async def _confirm_bulk(request: Request, console: Console, session: Session, f:
 
 async def email(request: Request, console: Console, session: Session) -> Response:
     segments = path_segments(request, "/emails/")
-    key = email_key(request, segments)
+    key = segment_value(request, segments)
     if len(segments) == 2 and segments[1] == "html":
         row = await console.store.email(key)
         if row is None or row["html_body"] is None:

@@ -1,6 +1,7 @@
 """What every handler of the console shares: the application's state (:class:`Console`: settings, store,
-signer, throttle, templates, cookies, pages), :class:`Refused`, the URLs of an email's pages, and the
-checked form of a POST (origin, CSRF token, operator role)."""
+signer, throttle, templates, the render limits of stored templates, cookies, pages), :class:`Refused`, the
+URLs of an email's and a stored template's pages, and the checked form of a POST (origin, CSRF token,
+operator role)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from ..settings.checks import parse_listen_address
 from ..settings.config import Settings
 from ..settings.console import allowed_host_names
 from ..store.console import ConsoleStore
+from ..templating.worker import RenderLimits
 from .auth import (
     Session,
     Signer,
@@ -61,6 +63,8 @@ class Console:
         self.signer = Signer.from_setting(cfg.signing_key.get_secret_value() if cfg.signing_key else None)
         self.throttle = LoginThrottle()
         self.gate = SignInGate(cfg.sign_in_concurrency, cfg.sign_in_queue, cfg.sign_in_per_client)
+        self.render_limits = RenderLimits(settings.templates.render_timeout_seconds,  # the daemon's limits
+                                          settings.templates.memory_limit_bytes, settings.max_message_bytes)
         self.slow_seconds = slow_seconds  # None: throttle.SLOW_SECONDS (tests shorten it)
         self.proxy_networks, self.forwarding = cfg.proxy_networks(), cfg.forwarding_networks()
         host = parse_listen_address(cfg.address)[0] if cfg.address else "127.0.0.1"
@@ -70,6 +74,7 @@ class Console:
         self.templates = Environment(loader=PackageLoader("outbox_mailer.console", "templates"), autoescape=True,
                                      undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
         self.templates.filters["key_url"] = key_url
+        self.templates.filters["template_url"] = template_url
         self.templates.filters["with_query"] = with_query
         self.templates.filters["json"] = lambda v, indent=None: json.dumps(v, indent=indent, ensure_ascii=False,
                                                                            sort_keys=True, default=str)
@@ -141,26 +146,36 @@ class Console:
         return HTMLResponse(html, status_code=status)
 
 
-DOT_KEY = "~"  # the path segment of the keys "." and "..", which is in the query instead
+DOT_KEY = "~"  # the path segment of the keys (and template names) "." and "..", which are in the query instead
+
+
+def segment_url(base: str, value: str, suffix: str = "", param: str = "key") -> str:
+    """The URL of the page of ``value`` under ``base``: ``value`` as one percent-encoded path segment.
+    The values "." and ".." are dot segments however encoded (browsers resolve "%2E%2E" too): their URL
+    is ``base + "~?" + param + "=.."`` (a URL of the value "~" itself never has that query)."""
+    if value in (".", ".."):
+        return f"{base}{DOT_KEY}{suffix}?{param}={quote(value, safe='')}"
+    return base + quote(value, safe="") + suffix
 
 
 def key_url(key: str, suffix: str = "") -> str:
-    """The URL of an email's page: its dedupe key as one percent-encoded path segment. The keys "."
-    and ".." are dot segments however encoded (browsers resolve "%2E%2E" too): their URL is
-    ``/emails/~?key=..`` (a URL of the key "~" itself never has a query)."""
-    if key in (".", ".."):
-        return f"/emails/{DOT_KEY}{suffix}?key={quote(key, safe='')}"
-    return "/emails/" + quote(key, safe="") + suffix
+    """The URL of an email's page (``/emails/~?key=..`` for the keys "." and "..")."""
+    return segment_url("/emails/", key, suffix)
+
+
+def template_url(name: str, suffix: str = "") -> str:
+    """The URL of a stored template's page (``/templates/~?name=..`` for the names "." and "..")."""
+    return segment_url("/templates/", name, suffix, "name")
 
 
 def with_query(url: str, query: str) -> str:
     return url + ("&" if "?" in url else "?") + query
 
 
-def email_key(request: Request, segments: list[str]) -> str:
-    """The dedupe key an /emails/... URL names (see :func:`key_url`)."""
-    if segments[0] == DOT_KEY and request.query_params.get("key") in (".", ".."):
-        return request.query_params["key"]
+def segment_value(request: Request, segments: list[str], param: str = "key") -> str:
+    """The value a URL of :func:`segment_url` names (a dedupe key, a template's name)."""
+    if segments[0] == DOT_KEY and request.query_params.get(param) in (".", ".."):
+        return request.query_params[param]
     return segments[0]
 
 

@@ -26,6 +26,7 @@ from ..errors import DatabaseError
 from .connection import one
 from .events import EventStore
 from .queries import sql
+from .templates import TemplateReads
 
 MAX_BULK = 10_000  # rows one bulk action may change (one transaction; narrow the filter for more)
 SCAN_ROWS = 10_000  # rows of email_deliveries one page of a filtered list reads at most
@@ -94,8 +95,9 @@ def _filters(f: EmailFilter, default_transport: str) -> list[Any]:
     return [f.status, f.transport, default_transport, f.recipient, f.key, f.event]
 
 
-class ConsoleStore(EventStore):
-    """The console's pool (its own role: grants/roles.sql, console_role)."""
+class ConsoleStore(EventStore, TemplateReads):
+    """The console's pool (its own role: grants/roles.sql, console_role). Templates are read only
+    (:class:`~outbox_mailer.store.templates.TemplateReads`)."""
 
     # ---- users
 
@@ -252,6 +254,11 @@ class ConsoleStore(EventStore):
     async def actions_of(self, key: str) -> list[dict[str, Any]]:
         async with self._conn() as conn:
             return [{**dict(r), "detail": json.loads(r["detail"])} for r in await conn.fetch(sql("actions_of"), key)]
+
+    async def template_versions(self, name: str, limit: int) -> list[dict[str, Any]]:
+        """Every version of template ``name`` (at most ``limit``): its locale, number, when and by whom."""
+        async with self._conn() as conn:
+            return [dict(r) for r in await conn.fetch(sql("console_template_versions"), name, limit)]
 
     # ---- the overview
 

@@ -264,3 +264,8 @@ SELECT email_console_pause($1, $2, $3, $4);
 -- name: console_resume
 -- Lift every pause of transport $2 as the operator of session $1; whether one was in force.
 SELECT email_console_resume($1, $2);
+
+-- name: console_template_versions
+-- Every version of template $1 in each of its locales (at most $2), newest first within a locale: the template's page. Reads the unique index on (name, locale, version).
+SELECT locale, version, created_at, created_by FROM email_templates
+WHERE name = $1 ORDER BY locale, version DESC LIMIT $2;

@@ -1,6 +1,6 @@
-"""Stored templates in SQL (schema 27): added, listed and read by the CLI (:class:`TemplateStore`), and read by
-the daemon through :class:`TemplateSources`, a bounded cache in front of a connection opened at the first
-row that names a template (plain rows never open it).
+"""Stored templates in SQL (schema 27): listed and read by the CLI and the console (:class:`TemplateReads`),
+added by the CLI (:class:`TemplateStore`), and read by the daemon through :class:`TemplateSources`, a bounded
+cache in front of a connection opened at the first row that names a template (plain rows never open it).
 
 A version is immutable (the schema refuses UPDATE and DELETE), so a cached version never goes stale and is
 fetched once per process, by (name, locale, version), never joined into the claim.
@@ -20,7 +20,7 @@ from .admin import Store
 from .connection import SessionLimits
 from .queries import sql
 
-__all__ = ["TemplateSources", "TemplateStore"]
+__all__ = ["TemplateReads", "TemplateSources", "TemplateStore"]
 
 
 def _version(row: Any) -> TemplateVersion:
@@ -28,14 +28,8 @@ def _version(row: Any) -> TemplateVersion:
                            row["html_body"])
 
 
-class TemplateStore(Store):
-    """The CLI's and the daemon's template statements."""
-
-    async def add_template(self, name: str, locale: str, subject: str, text_body: str | None,
-                           html_body: str | None, created_by: str) -> dict[str, Any]:
-        async with self._conn() as conn:
-            row = await conn.fetchrow(sql("add_template"), name, locale, subject, text_body, html_body, created_by)
-        return dict(row) if row is not None else {}
+class TemplateReads(Store):
+    """What reads templates: the list, the version a row would render, one version by its key."""
 
     async def templates(self) -> list[dict[str, Any]]:
         async with self._conn() as conn:
@@ -57,6 +51,16 @@ class TemplateStore(Store):
         async with self._conn() as conn:
             row = await conn.fetchrow(sql("template_version"), name, locale, version)
         return None if row is None else _version(row)
+
+
+class TemplateStore(TemplateReads):
+    """The CLI's template statements: the reads, and a version added."""
+
+    async def add_template(self, name: str, locale: str, subject: str, text_body: str | None,
+                           html_body: str | None, created_by: str) -> dict[str, Any]:
+        async with self._conn() as conn:
+            row = await conn.fetchrow(sql("add_template"), name, locale, subject, text_body, html_body, created_by)
+        return dict(row) if row is not None else {}
 
 
 class TemplateSources:

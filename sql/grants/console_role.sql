@@ -5,14 +5,14 @@
 --   psql -v console_role=mailer_console -f sql/grants/console_role.sql
 -- Not a migration: it is not applied by `migrate`.
 
--- Read every email, attempt, event, suppression, the queue and the transports' limits, and what
--- operators did.
+-- Read every email, attempt, event, suppression, the queue and the transports' limits, what
+-- operators did, and the stored templates (schema 27; their versions are immutable).
 -- (What an earlier version of this script granted is taken back first.)
 REVOKE ALL ON email_deliveries, email_suppressions, email_operator_actions, email_console_users
     FROM :"console_role";
 GRANT USAGE ON SCHEMA public TO :"console_role";
 GRANT SELECT ON email_deliveries, email_delivery_attempts, email_delivery_events, email_suppressions, email_queue,
-    email_transport_limits, email_operator_actions, outbox_mailer_migrations TO :"console_role";
+    email_transport_limits, email_operator_actions, email_templates, outbox_mailer_migrations TO :"console_role";
 -- The users' names and roles, not their password hashes: sign-in asks for one user's hash at a time.
 GRANT SELECT (name, role, created_at) ON email_console_users TO :"console_role";
 GRANT EXECUTE ON FUNCTION email_console_password_hash(text) TO :"console_role";

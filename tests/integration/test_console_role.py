@@ -121,3 +121,13 @@ async def test_the_console_role_pauses_a_transport_only_through_its_function_as_
     assert [(r["actor"], r["action"], r["transport"]) for r in await store.fetch(
         "SELECT actor, action, transport FROM email_operator_actions ORDER BY id")] == [
         ("olga", "pause", "smtp"), ("olga", "resume", "smtp")]
+
+
+async def test_the_console_role_reads_stored_templates_and_cannot_add_one(console_conn, store: SqlStore) -> None:  # type: ignore[no-untyped-def]
+    conn, _, _ = console_conn
+    await store.execute("INSERT INTO email_templates (name, locale, version, subject, text_body, created_by) "
+                        "VALUES ('welcome', 'en', 1, 'Hi', 'body', 'test')")
+    assert [r["name"] for r in await conn.fetch("SELECT name FROM email_templates")] == ["welcome"]
+    with pytest.raises(asyncpg.InsufficientPrivilegeError):
+        await conn.execute("INSERT INTO email_templates (name, locale, version, subject, text_body, created_by) "
+                           "VALUES ('x', 'en', 1, 'Hi', 'body', 'console')")
