@@ -20,7 +20,7 @@ from ..settings.config import Settings
 from ..store.templates import TemplateStore
 from ..templating.render import TemplateVersion
 from ..templating.sandbox import compile_problem
-from ..templating.worker import RenderLimits, render_isolated
+from ..templating.worker import render_isolated
 from .database import run_with_store
 from .input import UsageError
 from .output import EXIT_NOTHING, EXIT_OK, emit
@@ -103,8 +103,7 @@ def cmd_render(args: argparse.Namespace, settings: Settings) -> int:
         raise UsageError(f"--data: not JSON: {exc}") from exc
     if not isinstance(data, dict):
         raise UsageError("--data: a JSON object, like '{\"name\": \"Ann\"}'")
-    limits = RenderLimits(settings.templates.render_timeout_seconds, settings.templates.memory_limit_bytes,
-                          settings.max_message_bytes)
+    limits = settings.render_limits()
 
     async def go(store: TemplateStore) -> int:
         version = await _version(store, args)

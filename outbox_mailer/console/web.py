@@ -21,7 +21,6 @@ from ..settings.checks import parse_listen_address
 from ..settings.config import Settings
 from ..settings.console import allowed_host_names
 from ..store.console import ConsoleStore
-from ..templating.worker import RenderLimits
 from .auth import (
     Session,
     Signer,
@@ -63,8 +62,7 @@ class Console:
         self.signer = Signer.from_setting(cfg.signing_key.get_secret_value() if cfg.signing_key else None)
         self.throttle = LoginThrottle()
         self.gate = SignInGate(cfg.sign_in_concurrency, cfg.sign_in_queue, cfg.sign_in_per_client)
-        self.render_limits = RenderLimits(settings.templates.render_timeout_seconds,  # the daemon's limits
-                                          settings.templates.memory_limit_bytes, settings.max_message_bytes)
+        self.render_limits = settings.render_limits()  # the daemon's limits
         self.slow_seconds = slow_seconds  # None: throttle.SLOW_SECONDS (tests shorten it)
         self.proxy_networks, self.forwarding = cfg.proxy_networks(), cfg.forwarding_networks()
         host = parse_listen_address(cfg.address)[0] if cfg.address else "127.0.0.1"

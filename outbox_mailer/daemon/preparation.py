@@ -26,7 +26,7 @@ from ..message.compose import compose
 from ..message.staging import StagingGuard
 from ..settings.config import Settings
 from ..store.templates import TemplateSources
-from ..templating.worker import RenderLimits, render_isolated
+from ..templating.worker import render_isolated
 
 __all__ = ["Preparation"]
 
@@ -35,8 +35,7 @@ class Preparation:
     def __init__(self, settings: Settings, templates: TemplateSources | None = None) -> None:
         self.settings = settings
         self.templates = templates
-        self.limits = RenderLimits(settings.templates.render_timeout_seconds, settings.templates.memory_limit_bytes,
-                                   settings.max_message_bytes)
+        self.limits = settings.render_limits()
         self.guard = StagingGuard.of(settings.allowed_recipients, settings.redirect_to)
         links = settings.unsubscribe.links()
         self.linked = links.added if links is not None else without_links  # List-Unsubscribe, or a refusal

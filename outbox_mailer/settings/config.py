@@ -41,6 +41,7 @@ from ..message.message_ids import DEFAULT_SECRET, MessageIdKey
 from ..message.staging import ALLOWED_SETTING, REDIRECT_SETTING, allowed_patterns, checked_redirect
 from ..providers.registry import TRANSPORT_KINDS
 from ..redaction import redacted_url
+from ..templating.limits import RenderLimits
 from .checks import (
     ListenAddress,
     check_database_url,
@@ -240,6 +241,11 @@ class Settings(BaseSettings):
     def address_policy(self) -> AddressPolicy:
         """What the address parser accepts, for whoever parses a row's addresses (composition, checks)."""
         return AddressPolicy(allow_special_use_domains=self.allow_special_use_domains)
+
+    def render_limits(self) -> RenderLimits:
+        """The limits every render of a stored template runs under: the daemon's, the CLI's, the console's."""
+        return RenderLimits(self.templates.render_timeout_seconds, self.templates.memory_limit_bytes,
+                            self.max_message_bytes)
 
     def require_database_url(self) -> str:
         if self.database_url is None:

@@ -18,25 +18,18 @@ from __future__ import annotations
 
 import resource
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import anyio
 from anyio import CapacityLimiter, to_process
 
 from ..errors import TemplateError
+from .limits import RenderLimits
 from .render import Rendered, TemplateVersion, render
 
 __all__ = ["RenderLimits", "render_isolated"]
 
 _limiter: CapacityLimiter | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class RenderLimits:
-    seconds: float = 2.0  # wall-clock time of one render
-    memory_bytes: int = 256 * 1024 * 1024  # the worker process's address space
-    max_bytes: int = 10 * 1024 * 1024  # the rendered parts together (MAX_MESSAGE_BYTES)
 
 
 def _limit_memory(memory_bytes: int) -> None:

@@ -29,11 +29,13 @@ def test_each_provider_is_on_only_when_its_secret_is_set() -> None:
     assert s.webhooks.ses.arns() == {"arn:aws:sns:eu-west-1:123456789012:a", "arn:aws:sns:eu-west-1:123456789012:b"}
 
 
-def test_loading_the_settings_imports_no_cryptography() -> None:
-    # every command loads the settings; cryptography (~50 ms) is for the receiver's signature checks only
+def test_loading_the_settings_imports_neither_cryptography_nor_jinja2() -> None:
+    # every command loads the settings; cryptography (~50 ms) is for the receiver's signature checks only,
+    # jinja2 for the commands that render templates
     import subprocess
     import sys
 
     out = subprocess.run([sys.executable, "-c", "import sys, outbox_mailer.settings.config; "
-                          "print('cryptography' in sys.modules)"], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "False"
+                          "print('cryptography' in sys.modules, 'jinja2' in sys.modules)"],
+                         capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False False"
