@@ -72,6 +72,14 @@ async def populate(store: SqlStore, smtp_server: SmtpTestServer, running: Any) -
     await store.execute("INSERT INTO email_suppressions (address, reason, source, expires_at) VALUES "
                         "('complainer@example.org', 'complaint', 'resend', NULL), "
                         "('old-list@example.net', 'manual', 'operator', now() + interval '30 days')")
+    await store.execute("INSERT INTO email_templates (name, locale, version, subject, text_body, html_body, "
+                        "created_by) VALUES ('shipped', 'en', 1, 'Order {{ order }} shipped', "
+                        "'Hello {{ name }}, order {{ order }} is on its way.', "
+                        "'<p>Hello {{ name }}, order {{ order }} is on its way.</p>'"
+                        "'<p><a href=\"https://shop.example/orders/{{ order }}\">Track it</a></p>', 'cli:ann')")
+    await store.execute("INSERT INTO email_deliveries (dedupe_key, to_addresses, template, template_data, "
+                        "scheduled_at) VALUES ('shipped-1050', ARRAY['Ada <ada@example.com>'], 'shipped', "
+                        "'{\"name\": \"Ada\", \"order\": 1050}', '2100-01-01')")  # pending, not due
     return daemon
 
 
@@ -189,6 +197,9 @@ PAGES = (  # name, URL (after signing in; login: before)
     ("suppressions", "/suppressions"),
     ("bulk-confirmation", "/emails?status=failed&bulk=retry"),
     ("refused", "/emails?status=bogus"),
+    ("templates", "/templates"),
+    ("template", "/templates/shipped?data=%7B%22name%22%3A%20%22Ada%22%2C%20%22order%22%3A%201050%7D"),
+    ("email-template", "/emails/shipped-1050"),
 )
 
 

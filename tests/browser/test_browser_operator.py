@@ -163,7 +163,7 @@ async def test_operator_resolves_an_in_doubt_row_manages_suppressions_and_signs_
     suppressed = await store.fetch("SELECT address, reason, expires_at > now() + interval '29 days' AS later "
                                    "FROM email_suppressions")
     assert suppressed == [{"address": "someone@example.com", "reason": "complaint", "later": True}]
-    await row.get_by_role("button", name="Remove someone@example.com").click()
+    await row.get_by_role("button", name="Remove every suppression of someone@example.com").click()
     await page.wait_for_url("**/suppressions")
     await expect(page.locator("table.rows tbody")).to_have_text("No suppression.")
     assert await store.fetch("SELECT address FROM email_suppressions") == []
