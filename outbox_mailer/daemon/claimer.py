@@ -64,7 +64,7 @@ class Claimer:
         self._stopping = stopping
         self._observer = observer
         self.last_claim_ok = -math.inf  # monotonic time of the last successful claim (health)
-        self._drained = True  # the last claim found the queue drained (claimed()): claim at once
+        self._drained = True  # the last claim found the queue drained (note_claim()): claim at once
 
     @property
     def ctx(self) -> DaemonContext:
@@ -111,7 +111,7 @@ class Claimer:
         lane has no room under their shared rate (while other lanes have room)."""
         return [*self.paused(), *(name for name, lane in self._lanes.items() if self._rate_room(name, lane) == 0)]
 
-    def claimed(self, *, wanted: int, got: int) -> None:
+    def note_claim(self, *, wanted: int, got: int) -> None:
         """What a claim found: fewer rows than it asked for means the queue is drained for now; a claim
         of one row that got it says nothing."""
         if wanted > 1 or got < wanted:
@@ -163,7 +163,7 @@ class Claimer:
                     await self._db.failed(exc, locking=True)  # a claim stopped midway may hold locks
                 continue
             self.last_claim_ok = monotonic()
-            self.claimed(wanted=want, got=len(batch))
+            self.note_claim(wanted=want, got=len(batch))
             # held before anything else is awaited: a claim not yet in InFlight looks dead to this
             # daemon's own rescuer (its session's advisory locks are re-entrant)
             self._inflight.hold(batch, self.last_claim_ok)

@@ -34,24 +34,24 @@ def test_an_idle_daemon_claims_a_single_row_at_once() -> None:
 
 def test_a_daemon_draining_a_backlog_claims_once_half_of_what_it_holds_is_free() -> None:
     c, inflight = claimer(32, {"smtp": Lane("smtp", 8)})
-    c.claimed(wanted=32, got=32)  # the queue had more
+    c.note_claim(wanted=32, got=32)  # the queue had more
     inflight.hold(rows(5), 0.0)  # type: ignore[arg-type]
     assert c._worthwhile_claim() == 16
 
 
 def test_once_the_queue_was_found_drained_any_free_slot_claims_at_once() -> None:
     c, inflight = claimer(32, {"smtp": Lane("smtp", 8)})
-    c.claimed(wanted=32, got=32)
+    c.note_claim(wanted=32, got=32)
     inflight.hold(rows(20), 0.0)  # type: ignore[arg-type]
-    c.claimed(wanted=12, got=3)  # the queue is empty: new rows come one at a time, each picked up at once
+    c.note_claim(wanted=12, got=3)  # the queue is empty: new rows come one at a time, each picked up at once
     assert c._worthwhile_claim() == 1
-    c.claimed(wanted=1, got=1)  # a claim of one says nothing about what is left
+    c.note_claim(wanted=1, got=1)  # a claim of one says nothing about what is left
     assert c._worthwhile_claim() == 1
 
 
 def test_the_threshold_never_exceeds_what_the_lanes_can_take() -> None:
     c, inflight = claimer(400, {"smtp": Lane("smtp", 1)})  # one connection: 4 rows at most
-    c.claimed(wanted=4, got=4)
+    c.note_claim(wanted=4, got=4)
     inflight.hold(rows(1), 0.0)  # type: ignore[arg-type]
     assert c._worthwhile_claim() == 2, "a threshold above the lane's capacity would stall the claims"
 
