@@ -16,6 +16,10 @@ CPU of PostgreSQL's whole process tree minus this benchmark connection's own bac
 and its light polling). The VACUUM after each window (of what the window left behind) is
 measured too, for information.
 
+With --statements, each window also counts the statements the daemon ran, by kind (claims and outcome
+writes per email and their rows each: statement_counts.py); pg_stat_statements is on for those
+windows, which costs PostgreSQL a little per statement.
+
 With OUTBOX_BENCH_WALDUMP=DIR, each window's WAL (from COMMIT to the end) is also summarised by
 `pg_waldump --stats=record` into DIR/<prefix>.txt, followed by the bytes per relation and record
 type: which records, full-page images included, make up the WAL per email, and on which tables.
@@ -24,6 +28,7 @@ type: which records, full-page images included, make up the WAL per email, and o
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import subprocess
@@ -34,6 +39,7 @@ from pathlib import Path
 import receipts
 from common import median
 from processes import DaemonProcess, ScriptServer, log
+from statement_counts import Counting, describe, per_email
 
 TARGET_PG_CPU_US = 100.0
 TARGET_WAL = 1.6 * 1024
@@ -104,11 +110,25 @@ async def waldump(db, prefix: str, start: str, end: str) -> None:
                                               + "\n".join(table) + "\n")
 
 
-async def window(db, daemon: DaemonProcess, case: Case, prefix: str, rows: int) -> dict[str, float]:
+async def window(db, daemon: DaemonProcess, case: Case, prefix: str, rows: int,
+                 count: bool = False) -> dict[str, float]:
     cols = receipts.columns(prefix, 1, rows)  # rendered before the window
     keys = cols[0][-10:] + cols[0][:: max(1, rows // 20)]  # polled until final: the last rows and a sample
     await db.conn.execute("VACUUM (ANALYZE)")
     await db.conn.execute("CHECKPOINT")
+    async with contextlib.AsyncExitStack() as stack:
+        counting = await stack.enter_async_context(Counting(db)) if count else None
+        r = await _window(db, daemon, case, prefix, rows, cols, keys)
+        if counting is not None:
+            kinds = await counting.kinds()
+            r.update(per_email(kinds, rows))
+            log(f"    statements: {describe(kinds, rows)}")
+    r.update(await vacuum_cost(db, rows))
+    return r
+
+
+async def _window(db, daemon: DaemonProcess, case: Case, prefix: str, rows: int, cols: list[list[str]],
+                  keys: list[str]) -> dict[str, float]:
     checkpoints = await db.checkpoints()
     lsn0, pg0, own0, daemon0 = await insert_lsn(db), await db.server_cpu_seconds(), db.own_cpu_seconds(), \
         daemon.cpu_seconds()
@@ -136,7 +156,6 @@ async def window(db, daemon: DaemonProcess, case: Case, prefix: str, rows: int) 
         "insert_wal": await wal_between(db, lsn0, lsn_commit) / rows,
         "checkpoints": checkpoints,
     }
-    r.update(await vacuum_cost(db, rows))
     return r
 
 
@@ -151,7 +170,7 @@ async def measure_case(db, cfg, case: Case, rows: int, workdir: Path) -> list[di
         await db.wait_final(warm[0][-5:], timeout=60)
         rounds = []
         for i in range(cfg.reps):
-            rounds.append(await window(db, daemon, case, f"real-{case.key}-{i}-", rows))
+            rounds.append(await window(db, daemon, case, f"real-{case.key}-{i}-", rows, cfg.statements))
             r = rounds[-1]
             log(f"  round {i + 1}: PostgreSQL {r['pg_cpu_us']:.0f} µs and {r['wal'] / 1024:.2f} KB WAL per email, "
                 f"daemon {r['daemon_cpu_us']:.0f} µs, {r['rate']:,.0f}/s; the app's INSERT "
@@ -166,7 +185,8 @@ async def measure_realistic(db, cfg, res, workdir: Path) -> None:
     for case in CASES:
         rows = case.rows // 4 if cfg.quick else case.rows
         log(f"realistic: 1 daemon, {case.label}, {rows:,} receipts of ~1.8 KB per window, {cfg.reps} windows, "
-            "each after a CHECKPOINT; PostgreSQL CPU and WAL per email without the app's INSERT")
+            "each after a CHECKPOINT; PostgreSQL CPU and WAL per email without the app's INSERT"
+            + ("; statements counted (pg_stat_statements on)" if cfg.statements else ""))
         try:
             rounds = await measure_case(db, cfg, case, rows, workdir)
         except Exception as exc:  # noqa: BLE001 - one broken case must not cost the run its other figures

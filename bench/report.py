@@ -10,6 +10,7 @@ memory.
 from __future__ import annotations
 
 import api_bench
+import drain
 import realistic
 
 KB = 1024
@@ -102,7 +103,7 @@ def other_rows(cfg, g) -> list[tuple[str, ...]]:
 def report(cfg, res, info: dict[str, str], command: str, elapsed: float) -> str:
     f = res.figures
     g = f.get
-    rows = (core_rows(cfg, g) + realistic.report_rows(f) + smtp_rows(cfg, g)
+    rows = (core_rows(cfg, g) + realistic.report_rows(f) + drain.report_rows(f) + smtp_rows(cfg, g)
             + api_bench.report_rows(f, cfg.api_concurrency) + other_rows(cfg, g))
     lines = []
     lines.append(f"Machine: {info['cpu']}, {info['cores']} cores, {info['memory']}, Linux {info['kernel']}; "
@@ -129,7 +130,7 @@ def report(cfg, res, info: dict[str, str], command: str, elapsed: float) -> str:
                        ("growth_rates", f"core, {cfg.final_rows:,} sent rows")):
         if g(key):
             details.append(f"{label}: " + ", ".join(f"{x:,.0f}" for x in g(key)) + " /s")
-    details += realistic.details(f)
+    details += realistic.details(f) + drain.details(f)
     if details:
         lines.append("")
         lines.append("Per-round figures: " + "; ".join(details) + ".")

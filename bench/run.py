@@ -20,11 +20,14 @@ on a throwaway PostgreSQL cluster with fsync and synchronous_commit ON:
 6. realistic (realistic.py): PostgreSQL CPU and WAL per email with the real
    daemon sending 1.8 KB receipts to a relay that takes 20 ms (50 ms) per message;
 7. api (api_bench.py): emails/s through a Resend-like loopback API limited to
-   2 requests/s, singly and batched.
+   2 requests/s, singly and batched;
+8. drain (drain.py): PostgreSQL CPU and WAL per email, the app's INSERT (one row
+   per transaction) included, of one default daemon draining 5,000 receipts to
+   smtp-sink, and its statements per email by kind.
 
 Workers run as separate OS processes (bench/*_worker.py, raw_smtp.py,
 latency_sink.py, relay_sink.py, api_sink.py); the daemon under test in 2-3 and
-6-7 is the real CLI (`python -m outbox_mailer run`). Prints machine facts and a
+6-8 is the real CLI (`python -m outbox_mailer run`). Prints machine facts and a
 markdown table (report.py).
 """
 
@@ -47,13 +50,14 @@ from bench_db import Db
 from bootstrap import ensure_python_deps, ensure_smtp_sink, reexec_in_project_venv
 from common import BENCH_DIR, ROOT
 from core_bench import core_rep, measure_core, measure_growth, measure_memory
+from drain import measure_drain
 from processes import PY, Daemons, SmtpSink, log
 from realistic import measure_realistic
 from report import report
 from run_config import Config, Results
 from smtp_bench import measure_latency, measure_smtp, sized, smtp_daemon_rep
 
-PARTS = ("core", "realistic", "smtp", "api", "latency", "memory", "growth")
+PARTS = ("core", "realistic", "drain", "smtp", "api", "latency", "memory", "growth")
 
 
 # ---------------------------------------------------------------------------- main
@@ -79,6 +83,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="API run: OUTBOX_MAILER_CONCURRENCY, rows held claimed (default 200: two 100-email "
                          "batches' worth; 0: the daemon's default)")
     ap.add_argument("--only", default="", help="comma list of: " + ",".join(PARTS))
+    ap.add_argument("--statements", action="store_true",
+                    help="realistic: count each window's statements by kind (pg_stat_statements on meanwhile)")
     ap.add_argument("--keep", action="store_true", help="keep the scratch directory (daemon logs, results.json)")
     ap.add_argument("--profile", metavar="DIR", help="after the run, profile the core and the SMTP daemon with "
                                                       "py-spy into DIR and print the hotspots")
@@ -123,6 +129,8 @@ async def amain(args: argparse.Namespace) -> int:
                 await measure_core(db, cfg, res, workdir)
             if want("realistic"):
                 await measure_realistic(db, cfg, res, workdir)
+            if want("drain"):
+                await measure_drain(db, cfg, res, sink.port, workdir)
             if want("smtp"):
                 await measure_smtp(db, cfg, res, sink, workdir)
             if want("api"):

@@ -25,6 +25,7 @@ class Config:
     api_seconds: float
     api_concurrency: int
     profile_dir: str | None
+    statements: bool = False  # realistic windows count their statements (pg_stat_statements on)
 
     @classmethod
     def from_args(cls, a: argparse.Namespace) -> Config:
@@ -38,7 +39,7 @@ class Config:
             latency_seconds=3.0 if q else 10.0, latency_rate=100.0,
             final_rows=50_000 if q else 1_000_000,
             api_seconds=a.api_seconds or (6.0 if q else 20.0), api_concurrency=a.api_concurrency,
-            profile_dir=a.profile,
+            profile_dir=a.profile, statements=a.statements,
         )
 
 

@@ -64,6 +64,7 @@ class Claimer:
         self._stopping = stopping
         self._observer = observer
         self.last_claim_ok = -math.inf  # monotonic time of the last successful claim (health)
+        self._drained = True  # the last claim found the queue drained (note_claim()): claim at once
 
     @property
     def ctx(self) -> DaemonContext:
@@ -110,14 +111,21 @@ class Claimer:
         lane has no room under their shared rate (while other lanes have room)."""
         return [*self.paused(), *(name for name, lane in self._lanes.items() if self._rate_room(name, lane) == 0)]
 
+    def note_claim(self, *, wanted: int, got: int) -> None:
+        """What a claim found: fewer rows than it asked for means the queue is drained for now; a claim
+        of one row that got it says nothing."""
+        if wanted > 1 or got < wanted:
+            self._drained = got < wanted
+
     def _worthwhile_claim(self) -> int:
-        """The fewest rows worth a claim: while sends are in flight, a quarter of what the daemon can
-        hold (a claim costs PostgreSQL about as much for two rows as for twenty, and the rows waiting
-        at the lanes keep every connection busy meanwhile); with nothing in flight, one (pickup latency)."""
-        if not self._inflight.sending:
+        """The fewest rows worth a claim: while a backlog drains with sends in flight, half of what the
+        daemon can hold (a claim costs PostgreSQL about as much for two rows as for twenty, and the rows
+        waiting at the lanes keep every connection busy meanwhile); with nothing in flight, or once the
+        queue was found drained (new rows come one at a time: each is picked up at once), one."""
+        if not self._inflight.sending or self._drained:
             return 1
         capacity = sum(lane.capacity for lane in self._lanes.values()) or self.settings.concurrency
-        return max(1, min(self.settings.concurrency, capacity, 4 * self.settings.batch_size) // 4)
+        return max(1, min(self.settings.concurrency, capacity, 2 * self.settings.batch_size) // 2)
 
     async def run(self) -> None:
         """Claim until stopped; then every later outcome is unlocked right after its write."""
@@ -155,6 +163,7 @@ class Claimer:
                     await self._db.failed(exc, locking=True)  # a claim stopped midway may hold locks
                 continue
             self.last_claim_ok = monotonic()
+            self.note_claim(wanted=want, got=len(batch))
             # held before anything else is awaited: a claim not yet in InFlight looks dead to this
             # daemon's own rescuer (its session's advisory locks are re-entrant)
             self._inflight.hold(batch, self.last_claim_ok)

@@ -13,6 +13,14 @@ has nothing left in flight.
 Outcomes wait in memory while PostgreSQL is unreachable; there are never more
 of them than sends in flight.
 
+Coalescing, and the crash window it adds (:class:`Gathering`): while sends are
+in flight, a write waits for half the daemon's concurrency of outcomes, but
+never longer than ``GATHER_SECONDS`` after the first it holds. So an outcome
+waits in memory at most ``GATHER_SECONDS`` (50 ms) before its write starts,
+and at once when nothing else is in flight; a kill -9 leaves sent but
+unrecorded at most the outcomes of that window and of the write under way
+(all of them among the rows held, at most twice the concurrency).
+
 What a write counts as is read once (``tally.py``): the progress line, each
 email's line and the metrics (``metrics.py``) count from it.
 """
@@ -21,7 +29,9 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
 
 import anyio
 
@@ -37,9 +47,44 @@ from .tally import Counted, tally
 log = logging.getLogger("outbox_mailer")
 
 RECORD_BATCH = 500
-GATHER_OUTCOMES = 8  # while sends are in flight, wait for this many outcomes per write ...
-GATHER_SECONDS = 0.010  # ... but never longer than this (it widens the crash window by as much)
+GATHER_SECONDS = 0.050  # an outcome waits at most this long for others to share its write (the crash window)
 PROGRESS_SECONDS = 10.0
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Gathering:
+    """How many outcomes a write waits for while sends are in flight, and for how long at most.
+
+    One write costs PostgreSQL about as much for one outcome as for ten, and a daemon sending at a
+    relay's pace gets its outcomes one at a time: waiting for half of what can be in flight (the
+    claim loop claims again once that half is free) makes writes of that size.
+    """
+
+    outcomes: int
+    seconds: float = GATHER_SECONDS
+
+    @classmethod
+    def for_concurrency(cls, concurrency: int) -> Gathering:
+        return cls(max(1, min(RECORD_BATCH, concurrency // 2)))
+
+
+async def gather(first: T, take: Callable[[float], Awaitable[T | None]], clock: Callable[[], float],
+                 sending: Callable[[], int], stopping: Callable[[], bool], window: Gathering) -> list[T]:
+    """``first`` and what follows it for one write: whatever is ready (up to RECORD_BATCH), and while sends
+    are in flight up to ``window.outcomes``, waiting at most ``window.seconds`` after ``first``.
+    ``take(s)``: the next outcome if one comes within ``s`` seconds, else None (also once the stream ended)."""
+    batch = [first]
+    deadline = clock() + window.seconds
+    while len(batch) < RECORD_BATCH:
+        wanted = min(window.outcomes, len(batch) + sending())
+        wait = 0.0 if len(batch) >= wanted or stopping() else max(0.0, deadline - clock())
+        more = await take(wait)
+        if more is None:
+            break
+        batch.append(more)
+    return batch
 
 
 class Recorder:
@@ -69,29 +114,29 @@ class Recorder:
             self._inflight.recorded(batch)
             self._progress(anyio.current_time(), drained=not len(self._inflight))
 
+    @property
+    def window(self) -> Gathering:
+        return Gathering.for_concurrency(self._inflight.concurrency)
+
     async def _gather(self, first: OutcomeWrite) -> list[OutcomeWrite]:
-        """What is ready, and while sends are in flight up to GATHER_OUTCOMES of them, waiting at most
-        GATHER_SECONDS: one write costs PostgreSQL about as much for one outcome as for ten."""
-        batch = [first]
-        deadline = anyio.current_time() + GATHER_SECONDS
-        while len(batch) < RECORD_BATCH:
+        return await gather(first, self._take, anyio.current_time, lambda: self._inflight.sending,
+                            self._stopping.is_set, self.window)
+
+    async def _take(self, seconds: float) -> OutcomeWrite | None:
+        """The next outcome if one is ready or comes within ``seconds``; None otherwise, or once the stream ended."""
+        try:
+            return self._outbox.receive_nowait()
+        except anyio.EndOfStream:
+            return None
+        except anyio.WouldBlock:
+            if seconds <= 0:
+                return None
+        with anyio.move_on_after(seconds):
             try:
-                batch.append(self._outbox.receive_nowait())
-                continue
+                return await self._outbox.receive()
             except anyio.EndOfStream:
-                break
-            except anyio.WouldBlock:
-                pass
-            wanted = min(GATHER_OUTCOMES, len(batch) + self._inflight.sending)
-            left = deadline - anyio.current_time()
-            if len(batch) >= wanted or left <= 0 or self._stopping.is_set():
-                break
-            with anyio.move_on_after(left):
-                try:
-                    batch.append(await self._outbox.receive())
-                except anyio.EndOfStream:
-                    break
-        return batch
+                return None
+        return None
 
     def _progress(self, now: float, *, drained: bool) -> None:
         """What was recorded since the last line: every PROGRESS_SECONDS while busy, and at once when

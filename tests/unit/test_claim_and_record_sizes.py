@@ -11,7 +11,7 @@ import pytest
 from outbox_mailer.daemon.claimer import Claimer
 from outbox_mailer.daemon.inflight import InFlight
 from outbox_mailer.daemon.lanes import Lane
-from outbox_mailer.daemon.recorder import GATHER_OUTCOMES, GATHER_SECONDS, Recorder
+from outbox_mailer.daemon.recorder import GATHER_SECONDS, Recorder
 from outbox_mailer.settings.config import Settings
 
 pytestmark = pytest.mark.anyio
@@ -32,16 +32,28 @@ def test_an_idle_daemon_claims_a_single_row_at_once() -> None:
     assert c._worthwhile_claim() == 1
 
 
-def test_a_busy_daemon_waits_for_a_quarter_of_what_it_holds() -> None:
+def test_a_daemon_draining_a_backlog_claims_once_half_of_what_it_holds_is_free() -> None:
     c, inflight = claimer(32, {"smtp": Lane("smtp", 8)})
+    c.note_claim(wanted=32, got=32)  # the queue had more
     inflight.hold(rows(5), 0.0)  # type: ignore[arg-type]
-    assert c._worthwhile_claim() == 8
+    assert c._worthwhile_claim() == 16
+
+
+def test_once_the_queue_was_found_drained_any_free_slot_claims_at_once() -> None:
+    c, inflight = claimer(32, {"smtp": Lane("smtp", 8)})
+    c.note_claim(wanted=32, got=32)
+    inflight.hold(rows(20), 0.0)  # type: ignore[arg-type]
+    c.note_claim(wanted=12, got=3)  # the queue is empty: new rows come one at a time, each picked up at once
+    assert c._worthwhile_claim() == 1
+    c.note_claim(wanted=1, got=1)  # a claim of one says nothing about what is left
+    assert c._worthwhile_claim() == 1
 
 
 def test_the_threshold_never_exceeds_what_the_lanes_can_take() -> None:
     c, inflight = claimer(400, {"smtp": Lane("smtp", 1)})  # one connection: 4 rows at most
+    c.note_claim(wanted=4, got=4)
     inflight.hold(rows(1), 0.0)  # type: ignore[arg-type]
-    assert c._worthwhile_claim() == 1, "a threshold above the lane's capacity would stall the claims"
+    assert c._worthwhile_claim() == 2, "a threshold above the lane's capacity would stall the claims"
 
 
 def test_a_batching_lane_holds_a_whole_batch_per_worker() -> None:
@@ -77,9 +89,9 @@ async def test_with_nothing_in_flight_an_outcome_is_written_at_once() -> None:
 
 async def test_gathering_stops_at_its_count_or_its_time() -> None:
     r = recorder(sending=40)
-    for i in range(GATHER_OUTCOMES + 3):
+    for i in range(r.window.outcomes + 3):
         r.submit(i)  # type: ignore[arg-type]
-    assert len(await r._gather("first")) == GATHER_OUTCOMES + 4, "what is ready is always taken"  # type: ignore[arg-type]
+    assert len(await r._gather("first")) == r.window.outcomes + 4, "what is ready is always taken"  # type: ignore[arg-type]
     started = anyio.current_time()
     assert await r._gather("alone") == ["alone"]  # type: ignore[arg-type]
     assert GATHER_SECONDS * 0.8 <= anyio.current_time() - started < GATHER_SECONDS * 10
