@@ -52,6 +52,15 @@ class TemplateRef:
 
 
 @dataclass(frozen=True, slots=True)
+class ProviderTemplate:
+    """A template kept at the provider, which renders it (docs/templates.md, "Provider templates"): its alias or id
+    as the row names it, and the model it renders with."""
+
+    name: str
+    model: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
 class Delivery:
     """A row claimed by this process (status ``sending``, our claim token)."""
 
@@ -96,6 +105,9 @@ class Delivery:
     # the stored template it names, rendered before composition into subject, text_body and html_body (which
     # are empty until then); None: the row's own content
     template: TemplateRef | None = None
+    # the provider's own template it names, sent in that provider's fields (subject and bodies stay empty); only a
+    # transport whose kind renders provider templates may carry it (providers/registry.py)
+    provider_template: ProviderTemplate | None = None
 
 
 @dataclass(frozen=True, slots=True)

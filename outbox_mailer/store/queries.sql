@@ -82,8 +82,9 @@ CASE WHEN
 CASE WHEN
     -- include: fits
     THEN d.metadata::text END AS metadata,
--- a row naming a stored template (schema 27; null otherwise): the daemon renders the version recorded at INSERT
-d.template, d.locale, d.template_version,
+-- a row naming a stored template (schema 27; null otherwise): the daemon renders the version recorded at INSERT;
+-- or a provider's template (schema 29), which the provider renders with template_data
+d.template, d.locale, d.template_version, d.provider_template,
 CASE WHEN
     -- include: fits
     THEN d.template_data::text END AS template_data,
