@@ -1,15 +1,17 @@
 """PostgreSQL's CPU per email for the two hot statements alone: claim_due + record_outcomes.
 
-    .venv/bin/python bench/statement_cost.py [ROWS [BATCH [plain|template]]]
+    .venv/bin/python bench/statement_cost.py [ROWS [BATCH [plain|template|provider]]]
 
 A throwaway cluster, ROWS (20,000) pending rows with ~1.6 KB bodies, then one
 connection claims BATCH (100) at a time and records each batch as sent, as the daemon
 does, without the daemon. Prints the backend's CPU (user + system, from
-/proc/PID/schedstat) per row, for the whole loop and for the claim alone; and the application's
+/proc/PID/schedstat) per row, for the whole loop and for the claim alone, and the WAL the loop wrote per row
+(pg_current_wal_lsn() before and after); and the application's
 side, which work moved out of the hot statements may land on: the CPU of an INSERT of
 one row in its own transaction, measured over the first INSERTED (1,000) rows, each
 inserted so (the rest are inserted in one statement). ``template``: the rows name a stored template
-(docs/templates.md) with ~1.6 KB of data instead of giving their own subject and bodies. To compare two
+(docs/templates.md) with ~1.6 KB of data instead of giving their own subject and bodies; ``provider``: they name
+a provider's template with a model of that size. To compare two
 checkouts, run it from each in turn, alternating, on the same machine:
 ``PYTHONPATH=OTHER_CHECKOUT .venv/bin/python bench/statement_cost.py``
 (older checkouts' record_outcomes took ``defer_release``; it is passed when present).
@@ -49,6 +51,12 @@ SELECT 'k' || g, ARRAY['user' || g || '@example.com'], 'bench',
        jsonb_build_object('n', g, 'text', repeat('text body ', 80), 'html', repeat('html body ', 80)), 'en-GB'
 FROM generate_series($1::int, $2::int) g
 """
+PROVIDER_INSERT = """
+INSERT INTO email_deliveries (dedupe_key, to_addresses, provider_template, template_data)
+SELECT 'k' || g, ARRAY['user' || g || '@example.com'], 'bench-alias',
+       jsonb_build_object('n', g, 'text', repeat('text body ', 80), 'html', repeat('html body ', 80))
+FROM generate_series($1::int, $2::int) g
+"""
 ADD_TEMPLATE = """
 INSERT INTO email_templates (name, locale, version, subject, text_body, html_body, created_by)
 VALUES ('bench', 'en', 1, 'Subject {{ n }}', '{{ text }}', '<p>{{ html }}</p>', 'bench')
@@ -71,6 +79,8 @@ async def main() -> None:
         if KIND == "template":
             await app.execute(ADD_TEMPLATE)
             insert = TEMPLATE_INSERT
+        elif KIND == "provider":
+            insert = PROVIDER_INSERT
         before = cpu_seconds(app_pid)
         for g in range(1, INSERTED + 1):
             await app.execute(insert, g, g)
@@ -83,6 +93,7 @@ async def main() -> None:
         extra = {"defer_release": True} if "defer_release" in inspect.signature(session.record_outcomes).parameters else {}
         policy, claim_cpu, rows = RetryPolicy(), 0.0, 0
         started_cpu, started = cpu_seconds(pid), time.monotonic()
+        started_lsn = await session._conn.fetchval("SELECT pg_current_wal_lsn()")
         while True:
             before = cpu_seconds(pid)
             batch = await session.claim_due(BATCH, "bench")
@@ -97,10 +108,11 @@ async def main() -> None:
                 for d in batch], **extra)
             rows += len(batch)
         total = cpu_seconds(pid) - started_cpu
+        wal = await session._conn.fetchval("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1)", started_lsn)
         await session.close()
     print(f"rows={rows} postgres_cpu_us_per_row={total / rows * 1e6:.1f} claim_us_per_row={claim_cpu / rows * 1e6:.1f} "
           f"rows_per_s={rows / (time.monotonic() - started):.0f} "
-          f"insert_us_per_row={insert_cpu / INSERTED * 1e6:.1f}")
+          f"insert_us_per_row={insert_cpu / INSERTED * 1e6:.1f} wal_bytes_per_row={float(wal) / rows:.0f}")
 
 
 if __name__ == "__main__":

@@ -52,6 +52,15 @@ class TemplateRef:
 
 
 @dataclass(frozen=True, slots=True)
+class ProviderTemplate:
+    """A template kept at the provider, which renders it (docs/templates.md, "Provider templates"): its alias or id
+    as the row names it, and the model it renders with."""
+
+    name: str
+    model: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
 class Delivery:
     """A row claimed by this process (status ``sending``, our claim token)."""
 
@@ -98,6 +107,9 @@ class Delivery:
     template: TemplateRef | None = None
     # the category a one-click unsubscribe leaves (docs/unsubscribe.md); None: no List-Unsubscribe
     unsubscribe_category: str | None = None
+    # the provider's own template it names, sent in that provider's fields (subject and bodies stay empty); only a
+    # transport whose kind renders provider templates may carry it (providers/registry.py)
+    provider_template: ProviderTemplate | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,6 +7,10 @@
   their ids in request order.
 * Postmark ``POST /email/batch``: a JSON array of 1-500 messages; HTTP 200 with one result
   per message, in order, each with its own ``ErrorCode`` (0 accepted, with its ``MessageID``).
+  ``POST /email/batchWithTemplates``: the same for ``{"Messages": [...]}`` of template messages.
+* A Postmark template message (``/email/withTemplate`` and its batch) names ``TemplateAlias`` or
+  ``TemplateId``, has a ``TemplateModel`` object, and no ``Subject``, ``TextBody`` or ``HtmlBody``
+  (``ErrorCode`` 300 otherwise); a message to ``/email`` needs a body.
 * The same rules for one email as a single send: a recipient at ``malformed@...`` is
   invalid (Resend 422, Postmark ``ErrorCode`` 300), Postmark refuses one at ``inactive@...``
   with 406.
@@ -27,8 +31,9 @@ BATCH_LIMITS = {"resend": 100, "postmark": 500}
 Problem = tuple[int, str]  # (Postmark's ErrorCode, or 422 for Resend; the message)
 
 
-def email_problem(kind: str, p: Any) -> Problem | None:
-    """Why Resend or Postmark refuses one email (sent singly or as a batch item), or None."""
+def email_problem(kind: str, p: Any, template: bool = False) -> Problem | None:
+    """Why Resend or Postmark refuses one email (sent singly or as a batch item), or None. ``template``: sent
+    to one of Postmark's template endpoints."""
     if not isinstance(p, dict):
         return (300, "Invalid email request: body is not an object") if kind == "postmark" else (
             422, "body is not an object")
@@ -38,7 +43,10 @@ def email_problem(kind: str, p: Any) -> Problem | None:
         if any("malformed@" in str(to) for to in p["to"]):
             return 422, "Invalid `to` field."
     elif kind == "postmark":
-        if not p.get("From") or not p.get("To") or not (p.get("TextBody") or p.get("HtmlBody")):
+        if template and (not ("TemplateAlias" in p or "TemplateId" in p) or not isinstance(p.get("TemplateModel"), dict)
+                         or {"Subject", "TextBody", "HtmlBody"} & p.keys()):
+            return 300, "Invalid email request: a template message names its template and model, and no content"
+        if not p.get("From") or not p.get("To") or not (template or p.get("TextBody") or p.get("HtmlBody")):
             return 300, "Invalid email request: Missing From, To or a body"
         if "malformed@" in p["To"]:
             return 300, "Invalid email request: Error parsing 'To'"
@@ -47,11 +55,11 @@ def email_problem(kind: str, p: Any) -> Problem | None:
     return None
 
 
-def item_problem(kind: str, item: Any) -> Problem | None:
+def item_problem(kind: str, item: Any, template: bool = False) -> Problem | None:
     """Why a batch refuses one item: what a single send refuses, and Resend's batch-only refusals."""
     if kind == "resend" and isinstance(item, dict) and (item.get("attachments") or "scheduled_at" in item):
         return 422, "The `attachments` and `scheduled_at` fields are not supported in batch emails."
-    return email_problem(kind, item)
+    return email_problem(kind, item, template)
 
 
 def batch_refusal(kind: str, payload: Any, permissive: bool) -> str | None:
@@ -67,12 +75,13 @@ def batch_refusal(kind: str, payload: Any, permissive: bool) -> str | None:
     return None
 
 
-def batch_answer(kind: str, payload: list[Any], deliver: Callable[[dict[str, Any]], str]) -> Any:
+def batch_answer(kind: str, payload: list[Any], deliver: Callable[[dict[str, Any]], str],
+                 template: bool = False) -> Any:
     """The JSON body of the 200 answer; ``deliver`` accepts one valid item and returns its id."""
     results: list[dict[str, Any]] = []
     errors: list[dict[str, Any]] = []
     for index, item in enumerate(payload):
-        problem = item_problem(kind, item)
+        problem = item_problem(kind, item, template)
         if kind == "resend":
             if problem is not None:
                 errors.append({"index": index, "message": problem[1]})

@@ -8,8 +8,10 @@
   nothing, another payload gets 409 ``invalid_idempotent_request``, a repeat while the first
   request is still being processed gets 409 ``concurrent_idempotent_requests``.
 * Postmark at ``POST /email`` (``GET /server``), ``X-Postmark-Server-Token``, 422 with
-  ``ErrorCode`` 300 for an invalid request and 406 for a recipient at ``inactive@...``.
-* SendGrid at ``POST /v3/mail/send`` (``GET /v3/scopes``), 202 with ``X-Message-Id``.
+  ``ErrorCode`` 300 for an invalid request and 406 for a recipient at ``inactive@...``; its templates at
+  ``POST /email/withTemplate`` and ``POST /email/batchWithTemplates`` (``{"Messages": [...]}``).
+* SendGrid at ``POST /v3/mail/send`` (``GET /v3/scopes``), 202 with ``X-Message-Id``; ``content`` is
+  required unless the message names a ``template_id``.
 * An in-house API at ``POST /hook`` (``HEAD /hook``): optional bearer token, optional
   HMAC signature check (401 when wrong), idempotency keys as for Resend.
 * Batches: Resend ``POST /emails/batch`` (up to 100, one ``Idempotency-Key`` kept as
@@ -54,11 +56,13 @@ import pytest
 from tests.provider_batches import RateLimit, batch_answer, batch_refusal, email_problem, rate_limited
 
 KEY_HEADER = "X-Test-Key"
-BATCH_PATHS = ("/emails/batch", "/email/batch")
-SEND_PATHS = ("/emails", "/email", "/v3/mail/send", "/hook", *BATCH_PATHS)
+BATCH_PATHS = ("/emails/batch", "/email/batch", "/email/batchWithTemplates")
+TEMPLATE_PATHS = ("/email/withTemplate", "/email/batchWithTemplates")  # Postmark's
+SEND_PATHS = ("/emails", "/email", "/email/withTemplate", "/v3/mail/send", "/hook", *BATCH_PATHS)
 IDEMPOTENT_PATHS = ("/emails", "/hook", "/emails/batch")
 KINDS = {"/emails": "resend", "/domains": "resend", "/emails/batch": "resend", "/email": "postmark",
-         "/server": "postmark", "/email/batch": "postmark", "/v3/mail/send": "sendgrid", "/v3/scopes": "sendgrid",
+         "/server": "postmark", "/email/batch": "postmark", "/email/withTemplate": "postmark",
+         "/email/batchWithTemplates": "postmark", "/v3/mail/send": "sendgrid", "/v3/scopes": "sendgrid",
          "/hook": "hook"}
 
 
@@ -296,13 +300,15 @@ class _Handler(BaseHTTPRequestHandler):
             payload = json.loads(body)
         except ValueError:
             return self._invalid(kind, "body is not JSON")
-        batch = path in BATCH_PATHS
+        batch, template = path in BATCH_PATHS, path in TEMPLATE_PATHS
+        if batch and template:
+            payload = payload.get("Messages") if isinstance(payload, dict) else None
         if batch:
             permissive = headers.get("x-batch-validation", "").lower() == "permissive"
             refusal = batch_refusal(kind, payload, permissive)
             problem = None if refusal is None else self._invalid(kind, refusal)
         else:
-            problem = self._validate(kind, payload)
+            problem = self._validate(kind, payload, template)
         if problem is not None:
             return problem
         key = headers.get("idempotency-key") if path in IDEMPOTENT_PATHS else None
@@ -327,7 +333,7 @@ class _Handler(BaseHTTPRequestHandler):
         if fault is not None and fault.delay:
             time.sleep(fault.delay)
         if batch:
-            status, raw, out_headers = self._answer(200, batch_answer(kind, payload, self._deliver_item))
+            status, raw, out_headers = self._answer(200, batch_answer(kind, payload, self._deliver_item, template))
             with server.lock:
                 server.batches[key or ""] += 1
         else:
@@ -373,9 +379,9 @@ class _Handler(BaseHTTPRequestHandler):
             return self._answer(400, {"errors": [{"message": message, "field": None}]})
         return self._answer(400, {"message": message})
 
-    def _validate(self, kind: str, p: Any) -> tuple[int, bytes, dict[str, str]] | None:
+    def _validate(self, kind: str, p: Any, template: bool) -> tuple[int, bytes, dict[str, str]] | None:
         if kind in ("resend", "postmark"):
-            problem = email_problem(kind, p)
+            problem = email_problem(kind, p, template)
             if problem is None:
                 return None
             if kind == "resend":
@@ -384,8 +390,9 @@ class _Handler(BaseHTTPRequestHandler):
         if not isinstance(p, dict):
             return self._invalid(kind, "body is not an object")
         if kind == "sendgrid":
-            if not p.get("personalizations") or not (p.get("from") or {}).get("email") or not p.get("content"):
-                return self._invalid(kind, "personalizations, from and content are required")
+            if not p.get("personalizations") or not (p.get("from") or {}).get("email") or not (
+                    p.get("content") or p.get("template_id")):
+                return self._invalid(kind, "personalizations, from and content (or a template_id) are required")
         elif not p.get("dedupe_key") or not p.get("to"):
             return self._invalid(kind, "dedupe_key and to are required")
         return None

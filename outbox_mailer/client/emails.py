@@ -12,7 +12,9 @@ applies when it composes the message:
   of 1-64 (the table's CHECKs);
 * content: a subject with text, html or both; or instead a stored ``template`` (its name, 1-255 characters),
   with ``template_data`` (a dict of JSON values, the template's only context) and a ``locale`` (``pt-BR``);
-  never both (docs/templates.md). The INSERT refuses a template that does not exist;
+  or a ``provider_template`` (the alias or id of a template kept at the provider, 1-255 characters) with
+  ``template_data`` as its model; exactly one of the three (docs/templates.md). The INSERT refuses a stored
+  template that does not exist;
 * bodies: no NUL character and nothing that is not Unicode (PostgreSQL's text holds neither);
 * times: ``datetime`` with a time zone, from 1900 to before 9999 (the table's range);
 * priority a smallint, ``max_attempts`` a positive int4;
@@ -114,6 +116,8 @@ class Email:
     template: str | None = None  # a stored template's name, instead of subject, text and html
     template_data: Mapping[str, Any] | None = None  # its variables (None: {}); only with a template
     locale: str | None = None  # pt-BR: then pt, then the template's default locale; only with a template
+    # a template kept at the provider (Postmark's alias or id, SendGrid's d-...), rendered there with template_data
+    provider_template: str | None = None
     row: dict[str, Any] = field(init=False, repr=False, compare=False)
     """The email as a row of ``email_deliveries``: column names, JSON values (what enqueue writes)."""
 
@@ -158,29 +162,37 @@ def _row(email: Email) -> dict[str, Any]:
 
 
 def _content(email: Email, text: str | None, html: str | None) -> dict[str, Any]:
-    """The subject and bodies, or the template, its data and locale: one or the other (the INSERT's rule)."""
-    if email.template is None:
+    """The subject and bodies, a stored template with its data and locale, or a provider's template with its model:
+    exactly one (the INSERT's rule)."""
+    kinds = [kind for kind in ("template", "provider_template") if getattr(email, kind) is not None]
+    if not kinds:
         for name in ("template_data", "locale"):
             if getattr(email, name) is not None:
                 raise InvalidEmail(name, "only with a template")
         if text is None and html is None:
             raise InvalidEmail("text", "give text, html or both (or a template)")
         return {"subject": checked_text(email.subject, "subject"), "text_body": text, "html_body": html,
-                "template": None, "template_data": None, "locale": None}
+                "template": None, "template_data": None, "locale": None, "provider_template": None}
+    kind = kinds[-1]
+    if len(kinds) > 1:
+        raise InvalidEmail(kind, "give a stored template or a provider's template, not both")
     for name in ("subject", "text", "html"):
         if getattr(email, name) is not None:
-            raise InvalidEmail("template", f"give a template or a subject and body, not both ({name} is given)")
-    name = checked_text(email.template, "template")
+            raise InvalidEmail(kind, f"give a template or a subject and body, not both ({name} is given)")
+    name = checked_text(getattr(email, kind), kind)
     if not 1 <= len(name) <= MAX_KEY_CHARS:
-        raise InvalidEmail("template", f"a template name has 1-{MAX_KEY_CHARS} characters")
+        raise InvalidEmail(kind, f"a template name has 1-{MAX_KEY_CHARS} characters")
     locale: object = email.locale  # any value a caller passed, checked here
+    if locale is not None and kind == "provider_template":
+        raise InvalidEmail("locale", "only with a stored template (a provider's template has its own)")
     if locale is not None and not (isinstance(locale, str) and LOCALE.fullmatch(locale)):
         raise InvalidEmail("locale", f"a locale like en or pt-BR, got {email.locale!r}")
     data = {} if email.template_data is None else email.template_data
     if not isinstance(data, Mapping):
         raise InvalidEmail("template_data", f"expected a dict, got {type(data).__name__}")
-    return {"subject": None, "text_body": None, "html_body": None, "template": name,
-            "template_data": _json_object(data, "template_data", 0), "locale": email.locale}
+    return {"subject": None, "text_body": None, "html_body": None, "template": name if kind == "template" else None,
+            "template_data": _json_object(data, "template_data", 0), "locale": email.locale,
+            "provider_template": name if kind == "provider_template" else None}
 
 
 def _unsubscribe_category(email: Email) -> str | None:

@@ -86,6 +86,7 @@ COLUMNS = (
     ("expires_at", "timestamptz"), ("max_attempts", "integer"), ("ignore_suppressions", "boolean"),
     ("traceparent", "text"), ("template", "text"), ("template_data", "jsonb"), ("locale", "text"),
     ("unsubscribe_category", "text"),
+    ("provider_template", "text"),
 )
 _NAMES = ", ".join(name for name, _ in COLUMNS)
 _VALUES = ", ".join("coalesce(scheduled_at, now())" if name == "scheduled_at" else name for name, _ in COLUMNS)

@@ -21,13 +21,14 @@ from typing import Protocol
 from ..clock import monotonic, utc_now
 from ..decide import RetryPolicy, decide
 from ..delivery import BatchOutcome, Cause, Delivery, Outcome, OutcomeKind, Transport
+from ..providers.registry import SMTP_KIND
 from ..settings.config import Settings
 from ..settings.transports import ApiTransportSettings
 from ..store import AttemptRecord, OutcomeWrite, Recipients
 from ..store.templates import TemplateSources
 from ..tracing.spans import Tracing, configured
 from .email_log import FAILOVER, email_fields
-from .failover import CarrierLedger, Route, Routes
+from .failover import CarrierLedger, Route, Routes, held_to
 from .gate import TransportGate
 from .inflight import InFlight
 from .preparation import Preparation
@@ -97,12 +98,13 @@ class DaemonContext:
             default_max_attempts=settings.max_attempts,
             in_doubt=settings.in_doubt,
         )
-        self.preparation = Preparation(settings, templates)  # rendered, screened, guarded, composed; what it left out
+        kinds = {name: config.kind if isinstance(config, ApiTransportSettings) else SMTP_KIND
+                 for name, config in settings.all_transports().items()}
+        # rendered, screened, guarded, composed; what it left out
+        self.preparation = Preparation(settings, templates, kinds)
         self.message_ids = settings.message_id_key()  # what the claim computes Message-IDs with
         self.routes = Routes.of(settings, gates)
-        self.tracing: Tracing | None = configured({
-            name: config.kind if isinstance(config, ApiTransportSettings) else "smtp"
-            for name, config in settings.all_transports().items()})
+        self.tracing: Tracing | None = configured(kinds)
 
     def transport_of(self, delivery: Delivery) -> str:
         return delivery.transport or self.default_transport
@@ -110,14 +112,15 @@ class DaemonContext:
     def route(self, delivery: Delivery) -> str:
         """The transport to carry the row now: its own, or a fallback while its own is paused or held
         off by a long 429; a row with an attempt whose outcome is unknown stays where the latest such
-        attempt went (failover.py)."""
-        return self.routes.carrier(self.transport_of(delivery), delivery.pinned_transport, monotonic())
+        attempt went, and a row naming a provider's template stays with its own (failover.py)."""
+        own = self.transport_of(delivery)
+        return self.routes.carrier(own, held_to(delivery, own), monotonic())
 
     def attempt_route(self, delivery: Delivery, name: str | None = None) -> Route:
         """The route of one attempt, taken at its start: through ``name`` (the lane's transport, where
         the claim routed the row), else where the row would be routed now."""
-        return self.routes.attempt(self.transport_of(delivery), delivery.pinned_transport,
-                                   name or self.route(delivery))
+        own = self.transport_of(delivery)
+        return self.routes.attempt(own, held_to(delivery, own), name or self.route(delivery))
 
     def write(self, delivery: Delivery, where: Route | str, started: datetime, outcome: Outcome,
               message_id: str | None = None, *, rescue: bool = False) -> OutcomeWrite:

@@ -130,7 +130,7 @@ class Executor:
         screened: list[Delivery] = []  # as the request carries them: suppressed recipients left out
         messages: list[ComposedMessage] = []
         for delivery in deliveries:
-            prepared = await self.ctx.preparation.screened(delivery, started)
+            prepared = await self.ctx.preparation.screened(delivery, started, name)
             if isinstance(prepared, Outcome):
                 self._finish(delivery, self.ctx.attempt_route(delivery, name), started, prepared)
             # after an unknown outcome (the row is pinned) a row goes singly: when that attempt went
@@ -142,6 +142,15 @@ class Executor:
                 messages.append(prepared[1])
             else:
                 await self.carry(delivery, prepared[1], name=name)
+        # a request never mixes rows that name a provider's template with rows that do not (Postmark: two endpoints)
+        for templated in (False, True):
+            group = [i for i, d in enumerate(members) if (d.provider_template is not None) is templated]
+            await self._carry_together(name, transport, [members[i] for i in group], [messages[i] for i in group],
+                                       started, [screened[i] for i in group])
+
+    async def _carry_together(self, name: str, transport: BatchTransport | None, members: list[Delivery],
+                              messages: list[ComposedMessage], started: datetime, screened: list[Delivery]) -> None:
+        """Members that may share a request: in one batch, or each singly when a batch would not do."""
         if transport is None or len(members) == 1 or not self.ctx.gates[name].fits_one_request(
                 sum(len(m.recipients) for m in messages)):
             for delivery, message in zip(members, messages, strict=True):
@@ -245,7 +254,7 @@ class Executor:
                        message: ComposedMessage | None) -> tuple[Outcome, ComposedMessage | None]:
         """The outcome, and the message when one was composed (its Message-ID goes into the write)."""
         if message is None:
-            prepared = await self.ctx.preparation.message(delivery, now)
+            prepared = await self.ctx.preparation.message(delivery, now, route.name)
             if isinstance(prepared, Outcome):
                 return prepared, None
             message = prepared

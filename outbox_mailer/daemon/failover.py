@@ -24,8 +24,10 @@ claim returns it as ``pinned_transport``), so that a resend reaches the provider
 idempotency key. A claim sent anywhere but its pinned or own transport (:func:`presumed_carrier`)
 records that transport first (:func:`record_carrier`; the row is held back when that fails), so
 that a rescuer of a daemon that died during the send records the unknown outcome there. Never
-after a refusal of the message or the recipient (a bad address stays bad). The fallback sends the
-same message: the same Message-ID, the same dedupe key as its idempotency key. Each attempt is
+after a refusal of the message or the recipient (a bad address stays bad). Never a row that names a provider's
+own template (``provider_template``): only its own provider renders it (a Postmark alias means nothing to
+SendGrid), so it is held to its own transport as a row is pinned (:func:`held_to`), and waits for it.
+The fallback sends the same message: the same Message-ID, the same dedupe key as its idempotency key. Each attempt is
 recorded with the transport that carried it; the row's ``transport`` column keeps what the
 application asked for.
 """
@@ -43,7 +45,7 @@ if TYPE_CHECKING:
     from ..settings.config import Settings
     from .gate import TransportGate
 
-__all__ = ["CarrierLedger", "Route", "Routes", "presumed_carrier", "record_carrier"]
+__all__ = ["CarrierLedger", "Route", "Routes", "held_to", "presumed_carrier", "record_carrier"]
 
 _NOT_TAKEN = frozenset({Cause.UNREACHABLE, Cause.PAUSED})
 
@@ -139,6 +141,14 @@ class CarrierLedger(Protocol):
 
     async def record_carrier(self, delivery: Delivery, transport: str) -> bool:
         """Record that this claim goes through ``transport``; False when the claim was lost. Raises DatabaseError."""
+
+
+def held_to(delivery: Delivery, own: str) -> str | None:
+    """The transport a row whose own is ``own`` may not leave: where its latest attempt with an unknown outcome
+    went, or its own when it names a provider's template; None: it may fail over."""
+    if delivery.pinned_transport is not None:
+        return delivery.pinned_transport
+    return own if delivery.provider_template is not None else None
 
 
 def presumed_carrier(own: str, pinned: str | None) -> str:

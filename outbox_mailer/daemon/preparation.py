@@ -9,6 +9,11 @@ settings' limits (``templating/worker.py``). A render that fails (an undefined v
 sandbox's refusal) fails the row permanently, without a network call; the rendered Subject is then checked by
 composition like any other.
 
+A row that names a provider's own template (``provider_template``) is rendered by the provider: only a transport
+whose kind renders provider templates (``providers/registry.py``) may carry it, and any other fails it permanently
+here, naming the transport, without a network call. It is composed with an empty subject and text (its addresses,
+headers and attachments checked like any row's); the provider module sends the template's name and model instead.
+
 The recipients left out on the way (suppressed, a Bcc redirected) are kept by row id until the
 executor writes them on the attempt (:attr:`Preparation.dropped`).
 """
@@ -16,6 +21,7 @@ executor writes them on the attempt (:attr:`Preparation.dropped`).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from datetime import datetime
 
 from ..delivery import ComposedMessage, Delivery, Outcome, RefusedRecipient
@@ -24,6 +30,7 @@ from ..delivery_events.unsubscribe import without_links
 from ..errors import CompositionError, DatabaseError, TemplateError
 from ..message.compose import compose
 from ..message.staging import StagingGuard
+from ..providers.registry import PROVIDER_TEMPLATE_KINDS, renders_provider_templates
 from ..settings.config import Settings
 from ..store.templates import TemplateSources
 from ..templating.worker import render_isolated
@@ -32,23 +39,31 @@ __all__ = ["Preparation"]
 
 
 class Preparation:
-    def __init__(self, settings: Settings, templates: TemplateSources | None = None) -> None:
+    def __init__(self, settings: Settings, templates: TemplateSources | None = None,
+                 kinds: Mapping[str, str] | None = None) -> None:
         self.settings = settings
         self.templates = templates
+        self.kinds = kinds or {}  # transport name -> its kind
         self.limits = settings.render_limits()
         self.guard = StagingGuard.of(settings.allowed_recipients, settings.redirect_to)
         links = settings.unsubscribe.links()
         self.linked = links.added if links is not None else without_links  # List-Unsubscribe, or a refusal
         self.dropped: dict[int, tuple[RefusedRecipient, ...]] = {}  # recipients left out (suppressed, a Bcc redirected)
 
-    async def message(self, delivery: Delivery, now: datetime) -> ComposedMessage | Outcome:
-        prepared = await self.screened(delivery, now)
+    async def message(self, delivery: Delivery, now: datetime, transport: str) -> ComposedMessage | Outcome:
+        prepared = await self.screened(delivery, now, transport)
         return prepared if isinstance(prepared, Outcome) else prepared[1]
 
-    async def screened(self, delivery: Delivery, now: datetime) -> tuple[Delivery, ComposedMessage] | Outcome:
-        """The row as screened for suppressions (what a batch records) and its message, or why not."""
+    async def screened(self, delivery: Delivery, now: datetime,
+                       transport: str) -> tuple[Delivery, ComposedMessage] | Outcome:
+        """The row as screened for suppressions (what a batch records) and its message to send through
+        ``transport``, or why not."""
         if delivery.expires_at is not None and delivery.expires_at <= now:
             return Outcome.unsendable(f"expired at {delivery.expires_at.isoformat()} before it could be sent")
+        if delivery.provider_template is not None and not renders_provider_templates(self.kinds.get(transport, "")):
+            return Outcome.unsendable(
+                f"provider template: transport {transport!r} ({self.kinds.get(transport, 'not configured')}) cannot "
+                f"render a provider's template ({', '.join(PROVIDER_TEMPLATE_KINDS)} can)")
         rendered = await self.rendered(delivery)
         if isinstance(rendered, Outcome):
             return rendered
@@ -67,6 +82,8 @@ class Preparation:
     async def rendered(self, delivery: Delivery) -> Delivery | Outcome:
         """The row with its template's version rendered into its subject and bodies (a row of its own content
         as it is), or why not: a permanent failure, or the database away (the claim goes back, uncharged)."""
+        if delivery.provider_template is not None:  # rendered by the provider
+            return dataclasses.replace(delivery, subject="", text_body="", html_body=None)
         ref = delivery.template
         if ref is None:
             return delivery

@@ -1,5 +1,11 @@
 """Postmark (https://postmarkapp.com): ``POST /email``. Pure: no I/O.
 
+A row that names a Postmark template (``provider_template``) goes to ``POST /email/withTemplate`` with
+``TemplateAlias`` (``TemplateId`` when the name is digits only) and ``TemplateModel`` (the row's
+``template_data``, ``{}`` without one) instead of ``Subject``, ``TextBody`` and ``HtmlBody``; every other field as
+for ``/email``. Batches of such rows go to ``POST /email/batchWithTemplates`` (``{"Messages": [...]}``, answered
+like ``/email/batch``); one batch never holds both kinds of rows (different endpoints).
+
 Postmark has no idempotency key: a 5xx or a timeout leaves the outcome unknown, and
 the ambiguous-outcome policy (``OUTBOX_MAILER_IN_DOUBT``) decides whether to resend
 (a possible duplicate) or hold the row for an operator.
@@ -32,7 +38,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, ClassVar
 
-from ..delivery import BatchOutcome, Delivery, MessageFields, Outcome
+from ..delivery import BatchOutcome, Delivery, MessageFields, Outcome, ProviderTemplate
 from .batches import BatchItem, check_members, whole_batch
 from .provider import (
     ApiRequest,
@@ -75,6 +81,14 @@ def metadata_with_key(metadata: dict[str, Any], dedupe_key: str) -> dict[str, st
     return out
 
 
+def template_fields(template: ProviderTemplate) -> dict[str, Any]:
+    """Which Postmark template renders the message, and its model: an alias, or an id when the name is digits only."""
+    name = template.name
+    chosen: dict[str, Any] = {"TemplateId": int(name)} if name.isascii() and name.isdigit() else {
+        "TemplateAlias": name}
+    return {**chosen, "TemplateModel": template.model}
+
+
 def _error(response: ApiResponse) -> tuple[int | None, str]:
     body = response.json()
     if isinstance(body, dict):
@@ -96,19 +110,21 @@ class PostmarkApi(KeyedApi):
 
     def build(self, fields: MessageFields, delivery: Delivery, message_id: str, key: str,
               now: datetime) -> ApiRequest:
-        return self._post_json("/email", self._document(fields, delivery, message_id))
+        path = "/email" if delivery.provider_template is None else "/email/withTemplate"
+        return self._post_json(path, self._document(fields, delivery, message_id))
 
     def _document(self, fields: MessageFields, delivery: Delivery, message_id: str) -> dict[str, Any]:
         """One email as Postmark's JSON object: the same for a single send and a batch member."""
-        document: dict[str, Any] = {"From": fields.from_address, "To": ", ".join(fields.to),
-                                    "Subject": fields.subject}
+        template = delivery.provider_template
+        document: dict[str, Any] = {"From": fields.from_address, "To": ", ".join(fields.to)}
+        document.update({"Subject": fields.subject} if template is None else template_fields(template))
         if fields.cc:
             document["Cc"] = ", ".join(fields.cc)
         if fields.bcc:
             document["Bcc"] = ", ".join(fields.bcc)
-        if fields.text is not None:
+        if template is None and fields.text is not None:
             document["TextBody"] = fields.text
-        if fields.html is not None:
+        if template is None and fields.html is not None:
             document["HtmlBody"] = fields.html
         if fields.reply_to is not None:
             document["ReplyTo"] = fields.reply_to
@@ -170,9 +186,15 @@ class PostmarkApi(KeyedApi):
         return self.batch_bytes_limit // self.batch_limit - MEMBER_SLACK_BYTES
 
     def build_batch(self, items: Sequence[BatchItem], key: str) -> ApiRequest:
-        """``key`` is not sent: Postmark has no idempotency key."""
+        """``key`` is not sent: Postmark has no idempotency key. Rows that name a template go to
+        ``/email/batchWithTemplates``, the others to ``/email/batch``; ValueError when the members mix them."""
         check_members(len(items), self.batch_limit, "Postmark")
-        request = self._post_json("/email/batch", [self._document(i.fields, i.delivery, i.message_id) for i in items])
+        documents = [self._document(i.fields, i.delivery, i.message_id) for i in items]
+        templated = {i.delivery.provider_template is not None for i in items}
+        if len(templated) > 1:
+            raise ValueError("a Postmark batch holds rows that name a template or rows that do not, never both")
+        request = (self._post_json("/email/batchWithTemplates", {"Messages": documents}) if templated == {True}
+                   else self._post_json("/email/batch", documents))
         size = len(request.body or b"")
         if size > self.batch_bytes_limit:
             raise ValueError(f"the Postmark batch is {size} bytes, over the limit of {self.batch_bytes_limit}")

@@ -25,8 +25,8 @@ from .resend import ResendApi
 from .sendgrid import SendGridApi
 from .webhook import WebhookApi
 
-__all__ = ["API_PROVIDERS", "BATCH_KINDS", "PROVIDERS", "SMTP_KIND", "TRANSPORT_KINDS", "has_batch_endpoint",
-           "in_house"]
+__all__ = ["API_PROVIDERS", "BATCH_KINDS", "PROVIDERS", "PROVIDER_TEMPLATE_KINDS", "SMTP_KIND", "TRANSPORT_KINDS",
+           "has_batch_endpoint", "in_house", "renders_provider_templates"]
 
 SMTP_KIND = "smtp"  # OUTBOX_MAILER_SMTP__* and TRANSPORTS__<NAME>__KIND=smtp: the SMTP transport
 
@@ -44,6 +44,16 @@ def has_batch_endpoint(kind: str) -> bool:
 
 
 BATCH_KINDS: tuple[str, ...] = tuple(kind for kind in API_PROVIDERS if has_batch_endpoint(kind))
+
+# The kinds that render a template kept at the provider (a row's provider_template, docs/templates.md): their
+# provider module builds the provider's template fields. Any other transport refuses such a row, and failover
+# never hands one to another transport.
+PROVIDER_TEMPLATE_KINDS: tuple[str, ...] = (PostmarkApi.kind, SendGridApi.kind)
+
+
+def renders_provider_templates(kind: str) -> bool:
+    """A transport of this kind sends a row naming a provider's template in that provider's fields."""
+    return kind in PROVIDER_TEMPLATE_KINDS
 
 
 def in_house(kind: str) -> bool:

@@ -13,6 +13,10 @@ Answers:
 5xx                            ambiguous (the in_doubt policy decides)
 =============================  ==================================================
 
+A row that names a dynamic template (``provider_template``, ``d-...``) is sent with ``template_id`` and the
+row's ``template_data`` as ``dynamic_template_data`` of its personalization (``{}`` without one), and no
+``subject`` nor ``content``: the template gives both.
+
 Every message carries ``custom_args: {"dedupe_key": <the row's key>}`` beside the metadata (unless that
 would pass SendGrid's 10,000 bytes, see :func:`with_dedupe_key`), which the Event Webhook echoes in each
 event (see :mod:`outbox_mailer.delivery_events.sendgrid`).
@@ -97,17 +101,16 @@ class SendGridApi(KeyedApi):
             personalization["cc"] = [mailbox(a) for a in fields.cc]
         if fields.bcc:
             personalization["bcc"] = [mailbox(a) for a in fields.bcc]
-        content = []
-        if fields.text is not None:
-            content.append({"type": "text/plain", "value": fields.text})
-        if fields.html is not None:
-            content.append({"type": "text/html", "value": fields.html})
-        document: dict[str, Any] = {
-            "personalizations": [personalization],
-            "from": mailbox(fields.from_address),
-            "subject": fields.subject,
-            "content": content,
-        }
+        template = delivery.provider_template
+        if template is not None:
+            personalization["dynamic_template_data"] = template.model
+        document: dict[str, Any] = {"personalizations": [personalization], "from": mailbox(fields.from_address)}
+        if template is None:
+            document["subject"] = fields.subject
+            document["content"] = [{"type": kind, "value": value} for kind, value in
+                                   (("text/plain", fields.text), ("text/html", fields.html)) if value is not None]
+        else:
+            document["template_id"] = template.name
         if fields.reply_to is not None:
             document["reply_to"] = mailbox(fields.reply_to)
         if fields.attachments:

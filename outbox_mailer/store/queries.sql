@@ -82,8 +82,9 @@ CASE WHEN
 CASE WHEN
     -- include: fits
     THEN d.metadata::text END AS metadata,
--- a row naming a stored template (schema 27; null otherwise): the daemon renders the version recorded at INSERT
-d.template, d.locale, d.template_version,
+-- a row naming a stored template (schema 27; null otherwise): the daemon renders the version recorded at INSERT;
+-- or a provider's template (schema 29), which the provider renders with template_data
+d.template, d.locale, d.template_version, d.provider_template,
 CASE WHEN
     -- include: fits
     THEN d.template_data::text END AS template_data,
@@ -432,7 +433,7 @@ FROM email_deliveries;
 SELECT count(*) FROM email_deliveries WHERE status IN ('pending', 'sending');
 
 -- name: scrub_batch
--- Retention: remove bodies (a template row's data: schema 27), attachments and custom headers of up to $2 final rows last changed before now() - $1 seconds. Walks email_deliveries_unscrubbed_idx (created_at; a row's updated_at is never before its created_at), which the hot path never changes.
+-- Retention: remove bodies (a template row's data: schema 27; a provider template's model: schema 29), attachments and custom headers of up to $2 final rows last changed before now() - $1 seconds. Walks email_deliveries_unscrubbed_idx (created_at; a row's updated_at is never before its created_at), which the hot path never changes.
 WITH batch AS (
     SELECT id FROM email_deliveries
     WHERE scrubbed_at IS NULL AND created_at < now() - make_interval(secs => $1)
@@ -442,8 +443,8 @@ WITH batch AS (
     FOR UPDATE SKIP LOCKED
 )
 UPDATE email_deliveries d
-SET text_body = CASE WHEN d.template IS NULL THEN '' END, html_body = NULL,
-    template_data = CASE WHEN d.template IS NOT NULL THEN '{}'::jsonb END,
+SET text_body = CASE WHEN d.template IS NULL AND d.provider_template IS NULL THEN '' END, html_body = NULL,
+    template_data = CASE WHEN d.template IS NOT NULL OR d.provider_template IS NOT NULL THEN '{}'::jsonb END,
     attachments = '[]', headers = '{}', scrubbed_at = now()
 FROM batch WHERE d.id = batch.id;
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import asyncpg
 
-from ..delivery import Delivery, TemplateRef
+from ..delivery import Delivery, ProviderTemplate, TemplateRef
 
 _EPOCH_FALLBACK = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -92,7 +92,10 @@ def delivery_from_row(row: asyncpg.Record, max_content_bytes: int) -> Delivery:
     retry = row["retry_recipients"]
     retry_recipients = tuple(retry) if retry is not None else None
     subject, template = row["subject"], row.get("template")  # None: read without the template columns
-    if (subject if template is None else row["template_data"]) is None:  # left out by the claim: too large
+    provider_template = row.get("provider_template")
+    # left out by the claim: too large (a provider template's model may be null; its recipients never are)
+    if (row["to_addresses"] if provider_template is not None else subject if template is None
+            else row["template_data"]) is None:
         return _defective(
             {**_base(row), "scheduled_at": scheduled_at, "expires_at": expires_at, "created_at": created_at,
              "first_attempt_at": first_attempt_at, "retry_recipients": retry_recipients},
@@ -104,6 +107,8 @@ def delivery_from_row(row: asyncpg.Record, max_content_bytes: int) -> Delivery:
         attachments = _json(row, "attachments", list)
         metadata = _json(row, "metadata", dict)
         named = None if template is None else _template(row)
+        provider = None if provider_template is None else ProviderTemplate(
+            provider_template, _json(row, "template_data", dict) if row["template_data"] is not None else {})
     except _Unreadable as exc:
         return _defective(
             {**_base(row), "scheduled_at": scheduled_at, "expires_at": expires_at, "created_at": created_at,
@@ -122,6 +127,7 @@ def delivery_from_row(row: asyncpg.Record, max_content_bytes: int) -> Delivery:
         pinned_transport=row["pinned_transport"], traceparent=row["traceparent"],
         unsubscribe_category=row.get("unsubscribe_category"),  # the claim returns it (schema 28)
         listed=(*row["to_addresses"], *row["cc_addresses"], *row["bcc_addresses"]), template=named,
+        provider_template=provider,
     )
 
 

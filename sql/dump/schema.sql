@@ -253,7 +253,8 @@ CREATE TABLE public.email_deliveries (
     template_data jsonb,
     locale text,
     template_version integer,
-    unsubscribe_category text
+    unsubscribe_category text,
+    provider_template text
 )
 WITH (autovacuum_vacuum_scale_factor='0.01', autovacuum_vacuum_threshold='1000', autovacuum_vacuum_insert_scale_factor='0.05', autovacuum_analyze_scale_factor='0.02', autovacuum_vacuum_cost_delay='1', fillfactor='50');
 
@@ -354,6 +355,13 @@ COMMENT ON COLUMN public.email_deliveries.template_version IS 'resolved at INSER
 --
 
 COMMENT ON COLUMN public.email_deliveries.unsubscribe_category IS 'application-owned: the unsubscribe category of a single-recipient email (List-Unsubscribe, RFC 8058); null: none';
+
+
+--
+-- Name: COLUMN email_deliveries.provider_template; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.email_deliveries.provider_template IS 'app-owned: the alias or id of a template kept at the provider, rendered there with template_data; then subject, bodies and template are null (schema 29)';
 
 
 --
@@ -469,15 +477,20 @@ BEGIN
     IF array_position(d.cc_addresses, NULL) IS NOT NULL OR array_position(d.bcc_addresses, NULL) IS NOT NULL THEN
         PERFORM email_deliveries_refuse('email_deliveries_cc_bcc_no_nulls');
     END IF;
-    IF d.template IS NULL THEN
+    -- schema 29: exactly one of own content, a stored template, a provider template
+    IF d.template IS NULL AND d.provider_template IS NULL THEN
         IF d.template_data IS NOT NULL OR d.locale IS NOT NULL OR d.template_version IS NOT NULL THEN
             PERFORM email_deliveries_refuse('email_deliveries_content_or_template');
         END IF;
-    ELSIF d.subject IS NOT NULL OR d.text_body IS NOT NULL OR d.html_body IS NOT NULL THEN
+    ELSIF d.subject IS NOT NULL OR d.text_body IS NOT NULL OR d.html_body IS NOT NULL
+          OR (d.provider_template IS NOT NULL AND (d.template IS NOT NULL OR d.locale IS NOT NULL
+                                                   OR d.template_version IS NOT NULL)) THEN
         PERFORM email_deliveries_refuse('email_deliveries_content_or_template');
-    ELSIF jsonb_typeof(d.template_data) IS DISTINCT FROM 'object' THEN
+    ELSIF jsonb_typeof(d.template_data) IS DISTINCT FROM 'object'
+          AND NOT (d.provider_template IS NOT NULL AND d.template_data IS NULL) THEN
         PERFORM email_deliveries_refuse('email_deliveries_template_data_object');
     END IF;
+    -- end of schema 29's change
     IF NOT (d.created_at >= '1900-01-01 00:00+00' AND d.created_at < '9999-01-01 00:00+00') THEN
         PERFORM email_deliveries_refuse('email_deliveries_created_at_range');
     END IF;
@@ -488,13 +501,15 @@ BEGIN
             OR (d.expires_at >= '1900-01-01 00:00+00' AND d.expires_at < '9999-01-01 00:00+00')) THEN
         PERFORM email_deliveries_refuse('email_deliveries_expires_at_range');
     END IF;
-    IF d.template IS NULL AND d.text_body IS NULL AND d.html_body IS NULL THEN
+    IF d.template IS NULL AND d.provider_template IS NULL  -- schema 29: or a provider template
+       AND d.text_body IS NULL AND d.html_body IS NULL THEN
         PERFORM email_deliveries_refuse('email_deliveries_has_body');
     END IF;
     IF NOT (cardinality(d.to_addresses) >= 1 AND array_position(d.to_addresses, NULL) IS NULL) THEN
         PERFORM email_deliveries_refuse('email_deliveries_has_recipient');
     END IF;
-    IF d.template IS NULL AND d.subject IS NULL THEN
+    IF d.template IS NULL AND d.provider_template IS NULL  -- schema 29: or a provider template
+       AND d.subject IS NULL THEN
         PERFORM email_deliveries_refuse('email_deliveries_has_subject');
     END IF;
     IF jsonb_typeof(d.headers) <> 'object' THEN
@@ -502,6 +517,11 @@ BEGIN
     END IF;
     IF jsonb_typeof(d.metadata) <> 'object' THEN
         PERFORM email_deliveries_refuse('email_deliveries_metadata_object');
+    END IF;
+    -- schema 29: the provider template's name
+    IF NOT (d.provider_template IS NULL
+            OR (char_length(d.provider_template) BETWEEN 1 AND 255 AND d.provider_template !~ '[[:cntrl:]]')) THEN
+        PERFORM email_deliveries_refuse('email_deliveries_provider_template_valid');
     END IF;
     IF NOT (d.transport IS NULL OR (char_length(d.transport) BETWEEN 1 AND 64 AND d.transport !~ '[[:cntrl:]]')) THEN
         PERFORM email_deliveries_refuse('email_deliveries_transport_valid');
@@ -1925,7 +1945,7 @@ CREATE TRIGGER email_deliveries_notify_insert AFTER INSERT ON public.email_deliv
 -- Name: email_deliveries email_deliveries_recheck_content; Type: TRIGGER; Schema: public; Owner: -
 --
 
-CREATE TRIGGER email_deliveries_recheck_content AFTER UPDATE OF dedupe_key, from_address, reply_to, subject, text_body, html_body, to_addresses, cc_addresses, bcc_addresses, headers, attachments, metadata, transport, expires_at, created_at, template, template_data, locale, template_version ON public.email_deliveries FOR EACH ROW EXECUTE FUNCTION public.email_deliveries_recheck_content();
+CREATE TRIGGER email_deliveries_recheck_content AFTER UPDATE OF dedupe_key, from_address, reply_to, subject, text_body, html_body, to_addresses, cc_addresses, bcc_addresses, headers, attachments, metadata, transport, expires_at, created_at, template, template_data, locale, template_version, provider_template ON public.email_deliveries FOR EACH ROW EXECUTE FUNCTION public.email_deliveries_recheck_content();
 
 
 --

@@ -12,7 +12,8 @@ GRANT SELECT ON email_deliveries, email_delivery_attempts, email_delivery_events
 GRANT INSERT (dedupe_key, from_address, to_addresses, cc_addresses, bcc_addresses, reply_to, subject,
               text_body, html_body, headers, attachments, metadata, transport, priority, scheduled_at,
               expires_at, max_attempts, ignore_suppressions, traceparent, template, template_data, locale,
-              template_version, unsubscribe_category)
+              template_version, unsubscribe_category,
+              provider_template)
     ON email_deliveries TO :"app_role";
 -- A row naming a template: the INSERT resolves its version through a SECURITY DEFINER function (schema 27),
 -- so the application needs no grant on email_templates.

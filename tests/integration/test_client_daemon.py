@@ -78,3 +78,12 @@ async def test_an_email_naming_a_template_is_rendered_in_its_locale_by_the_daemo
     assert isinstance(message, EmailMessage)
     body = message.get_body(("plain",))
     assert message["Subject"] == "Bem-vinda Ana" and body is not None and body.get_content().strip() == "Olá Ana"
+
+
+def test_an_email_naming_a_provider_template_is_written_with_its_name_and_model(db_url: str) -> None:
+    with psycopg.connect(db_url) as conn:
+        assert enqueue(conn, Email(dedupe_key="p-1", to=["ana@example.com"], provider_template="d-0123abcd",
+                                   template_data={"name": "Ana"})) is True
+        row = conn.execute("SELECT provider_template, template_data, subject, text_body FROM email_deliveries "
+                           "WHERE dedupe_key = 'p-1'").fetchone()
+    assert row == ("d-0123abcd", {"name": "Ana"}, None, None)

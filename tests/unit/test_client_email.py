@@ -97,6 +97,11 @@ def test_an_invalid_email_is_a_value_error_of_the_package() -> None:
     ({"subject": None, "text": None, "template": "w", "template_data": [1]}, "template_data", "expected a dict"),
     ({"subject": None, "text": None, "template": "w", "template_data": {"x": math.inf}}, "template_data.x",
      "finite"),
+    ({"provider_template": "welcome-v2"}, "provider_template", "not both (subject is given)"),
+    ({"subject": None, "text": None, "template": "w", "provider_template": "p"}, "provider_template",
+     "a stored template or a provider's template, not both"),
+    ({"subject": None, "text": None, "provider_template": "p", "locale": "en"}, "locale", "only with a stored template"),
+    ({"subject": None, "text": None, "provider_template": ""}, "provider_template", "1-255 characters"),
 ])
 def test_each_bad_input_is_refused_naming_its_field(fields: dict[str, Any], field: str, words: str) -> None:
     error = refusal(**fields)
@@ -150,3 +155,11 @@ def test_an_email_naming_a_template_becomes_a_row_without_subject_or_body() -> N
     assert (row["subject"], row["text_body"], row["html_body"]) == (None, None, None)
     assert (row["template"], row["template_data"], row["locale"]) == ("welcome", {"name": "Ann"}, "pt-BR")
     assert Email(dedupe_key="k", to=["ann@example.com"], template="welcome").row["template_data"] == {}
+
+
+def test_an_email_naming_a_provider_template_becomes_a_row_with_its_model_and_no_subject_or_body() -> None:
+    row = Email(dedupe_key="k", to=["ann@example.com"], provider_template="welcome-v2",
+                template_data={"name": "Ann"}).row
+    assert (row["subject"], row["text_body"], row["html_body"], row["template"]) == (None, None, None, None)
+    assert (row["provider_template"], row["template_data"], row["locale"]) == ("welcome-v2", {"name": "Ann"}, None)
+    assert Email(dedupe_key="k", to=["ann@example.com"], template="w").row["provider_template"] is None

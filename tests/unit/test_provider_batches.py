@@ -20,6 +20,7 @@ from outbox_mailer.delivery import (
     MessageFields,
     Outcome,
     OutcomeKind,
+    ProviderTemplate,
     SendSingly,
 )
 from outbox_mailer.errors import ConfigurationError
@@ -216,6 +217,16 @@ def test_resend_sends_attachments_singly() -> None:
     with pytest.raises(ValueError, match="no attachments in a batch"):
         RESEND.build_batch([*items(2), BatchItem(make_fields(attachments=(PDF,)), make_delivery(), "<a@b>")],
                            BATCH_KEY)
+
+
+def test_a_postmark_batch_of_provider_template_rows_goes_to_batch_with_templates_and_a_mixed_one_is_refused() -> None:
+    templated = BatchItem(make_fields(), make_delivery("t", provider_template=ProviderTemplate("welcome", {"n": 1})),
+                          "<t@b>")
+    request = POSTMARK.build_batch([templated, templated], BATCH_KEY)
+    assert request.url == "https://api.postmark.test/email/batchWithTemplates"
+    assert [m["TemplateAlias"] for m in request.json()["Messages"]] == ["welcome", "welcome"]
+    with pytest.raises(ValueError, match="never both"):
+        POSTMARK.build_batch([templated, BatchItem(make_fields(), make_delivery(), "<p@b>")], BATCH_KEY)
 
 
 # ---- Resend: the answer ---------------------------------------------------------------------------
