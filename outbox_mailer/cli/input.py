@@ -117,11 +117,11 @@ ATTACHMENT_KEYS = ("content_base64", "content_type", "filename")
 OPTIONAL_ATTACHMENT_KEY = "content_id"  # an inline part's Content-ID (string or null)
 
 STRING_FIELDS = ("from_address", "reply_to", "text_body", "html_body", "transport",  # string or null
-                 "unsubscribe_category")
+                 "unsubscribe_category", "template", "locale")
 ADDRESS_LISTS = ("to_addresses", "cc_addresses", "bcc_addresses")  # list of strings (or one string)
 ENQUEUE_FIELDS = frozenset({
     "dedupe_key", "subject", *STRING_FIELDS, *ADDRESS_LISTS, "headers", "attachments", "metadata", "priority",
-    "scheduled_at", "expires_at", "max_attempts", "ignore_suppressions",
+    "scheduled_at", "expires_at", "max_attempts", "ignore_suppressions", "template_data",
 })
 
 
@@ -182,12 +182,14 @@ def checked_email(data: dict[str, Any]) -> dict[str, Any]:
     unknown = sorted(set(data) - ENQUEUE_FIELDS)
     if unknown:
         raise UsageError(f"unknown field(s) {', '.join(unknown)}; allowed: {', '.join(sorted(ENQUEUE_FIELDS))}")
-    for name in ("subject", "to_addresses"):
+    # a row that names a template gives no subject of its own (the INSERT checks the rest of that rule)
+    required = ("to_addresses",) if data.get("template") is not None else ("subject", "to_addresses")
+    for name in required:
         if name not in data:
             raise UsageError(f"field {name!r} is required")
     email: dict[str, Any] = {}
     for name, value in data.items():
-        if value is None and name not in ("dedupe_key", "subject", "to_addresses"):
+        if value is None and name not in ("dedupe_key", *required):
             email[name] = None  # the column's default
             continue
         email[name] = _CHECKS[name](name, value)
@@ -285,6 +287,7 @@ _CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "headers": _string_object,
     "attachments": _attachments,
     "metadata": _object,
+    "template_data": _object,
     "priority": _integer(SMALLINT),
     "max_attempts": _integer(INT4),
     "scheduled_at": parse_time,

@@ -14,10 +14,10 @@ import psycopg
 import pytest
 
 
-def outbox_mailer(db_url: str, *args: str) -> subprocess.CompletedProcess[str]:
+def outbox_mailer(db_url: str, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "OUTBOX_MAILER_DATABASE_URL": db_url, "OUTBOX_MAILER_TEMPLATES__RENDER_TIMEOUT_SECONDS": "1"}
     return subprocess.run([sys.executable, "-m", "outbox_mailer", *args], capture_output=True,
-                          text=True, env=env, timeout=60)
+                          text=True, env=env, input=stdin, timeout=60)
 
 
 def cli(db_url: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -92,8 +92,13 @@ def test_enqueue_with_a_template_inserts_a_row_naming_it_with_its_data_and_the_r
     assert json.loads(named.stdout)["created"] is True
     bare = outbox_mailer(db_url, "enqueue", "--key", "w-2", "--to", "bo@example.com", "--template", "welcome")
     assert bare.returncode == 0, bare.stderr
+    piped = outbox_mailer(db_url, "enqueue", "--stdin", stdin=json.dumps(
+        {"dedupe_key": "w-3", "to_addresses": ["cy@example.com"], "template": "welcome",
+         "template_data": {"name": "Cy"}, "locale": "pt"}))
+    assert piped.returncode == 0, piped.stderr
     assert rows(db_url) == [("w-1", "welcome", {"name": "Ana", "items": [1, 2]}, "pt", 1, None, None),
-                            ("w-2", "welcome", {}, "en", 1, None, None)]
+                            ("w-2", "welcome", {}, "en", 1, None, None),
+                            ("w-3", "welcome", {"name": "Cy"}, "pt", 1, None, None)]
 
 
 @pytest.mark.parametrize(("args", "message"), [
