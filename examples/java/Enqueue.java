@@ -1,7 +1,10 @@
 // Enqueue one email over JDBC inside the application's transaction, then read its status.
 //
 //   DATABASE_URL=postgresql://user:pass@host:5432/db \
-//   java -cp /usr/share/java/postgresql.jar Enqueue.java KEY RECIPIENT [--rollback]
+//   java -cp /usr/share/java/postgresql.jar Enqueue.java KEY RECIPIENT [--rollback | --template NAME]
+//
+// With --template, the row names a stored template and gives its data instead of a subject and a body;
+// a template that does not exist is refused at the INSERT (an SQLException naming it).
 
 import java.net.URI;
 import java.sql.Connection;
@@ -16,19 +19,29 @@ public class Enqueue {
         INSERT INTO email_deliveries (dedupe_key, to_addresses, subject, text_body)
         VALUES (?, ?, ?, ?)
         ON CONFLICT (dedupe_key) DO NOTHING""";
+    static final String INSERT_TEMPLATE = """
+        INSERT INTO email_deliveries (dedupe_key, to_addresses, template, template_data)
+        VALUES (?, ?, ?, ?::jsonb)
+        ON CONFLICT (dedupe_key) DO NOTHING""";
     static final String STATUS = "SELECT status FROM email_deliveries WHERE dedupe_key = ?";
 
     public static void main(String[] args) throws SQLException {
         String key = args[0], recipient = args[1];
         boolean rollback = args.length > 2 && args[2].equals("--rollback");
+        String template = args.length > 3 && args[2].equals("--template") ? args[3] : null;
         try (Connection conn = connect(System.getenv("DATABASE_URL"))) {
             conn.setAutoCommit(false); // BEGIN: the application's own transaction
-            try (PreparedStatement insert = conn.prepareStatement(INSERT)) {
+            try (PreparedStatement insert = conn.prepareStatement(template != null ? INSERT_TEMPLATE : INSERT)) {
                 // ... the application's own writes go here, in the same transaction ...
                 insert.setString(1, key);
                 insert.setArray(2, conn.createArrayOf("text", new String[] {recipient}));
-                insert.setString(3, "Your order");
-                insert.setString(4, "Thank you for your order.");
+                if (template != null) {
+                    insert.setString(3, template);
+                    insert.setString(4, "{\"order\": " + quote(key) + "}"); // JSON text, cast to jsonb
+                } else {
+                    insert.setString(3, "Your order");
+                    insert.setString(4, "Thank you for your order.");
+                }
                 insert.executeUpdate();
                 if (rollback) {
                     conn.rollback(); // the row never existed: nothing is ever sent

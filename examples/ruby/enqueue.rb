@@ -1,6 +1,9 @@
 # Enqueue one email with ruby-pg inside the application's transaction, then read its status.
 #
-#   DATABASE_URL=postgresql://... ruby enqueue.rb KEY RECIPIENT [--rollback]
+#   DATABASE_URL=postgresql://... ruby enqueue.rb KEY RECIPIENT [--rollback | --template NAME]
+#
+# With --template, the row names a stored template and gives its data instead of a subject and a body;
+# a template that does not exist is refused at the INSERT (PG::CheckViolation).
 require "json"
 require "pg"
 
@@ -9,17 +12,27 @@ INSERT = <<~SQL
   VALUES ($1, $2, $3, $4)
   ON CONFLICT (dedupe_key) DO NOTHING
 SQL
+INSERT_TEMPLATE = <<~SQL
+  INSERT INTO email_deliveries (dedupe_key, to_addresses, template, template_data)
+  VALUES ($1, $2, $3, $4::jsonb)
+  ON CONFLICT (dedupe_key) DO NOTHING
+SQL
 STATUS = "SELECT status FROM email_deliveries WHERE dedupe_key = $1"
 
 class Rollback < StandardError; end
 
-key, recipient, flag = ARGV
+key, recipient, flag, name = ARGV
+template = name if flag == "--template"
 conn = PG.connect(ENV.fetch("DATABASE_URL"))
 conn.type_map_for_queries = PG::BasicTypeMapForQueries.new(conn) # Ruby Array -> text[]
 begin
   conn.transaction do # COMMIT at the end of the block, ROLLBACK on an exception
     # ... the application's own writes go here, in the same transaction ...
-    conn.exec_params(INSERT, [key, [recipient], "Your order", "Thank you for your order."])
+    if template
+      conn.exec_params(INSERT_TEMPLATE, [key, [recipient], template, JSON.generate(order: key)])
+    else
+      conn.exec_params(INSERT, [key, [recipient], "Your order", "Thank you for your order."])
+    end
     raise Rollback if flag == "--rollback" # the row never existed: nothing is ever sent
   end
 rescue Rollback

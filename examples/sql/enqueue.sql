@@ -13,7 +13,4 @@ ON CONFLICT (dedupe_key) DO NOTHING;
 COMMIT;
 
 -- The daemon sends it: pending -> sending -> sent.
-\pset tuples_only on
-\pset format unaligned
-SELECT json_build_object('dedupe_key', :'key',
-                         'status', (SELECT status FROM email_deliveries WHERE dedupe_key = :'key'));
+\ir status.sql

@@ -3,8 +3,8 @@
 Exit codes: 0 ok · 1 not found / nothing done · 2 usage, configuration or bad
 input · 3 a dependency (database, mail server) is unreachable. ``--json``
 prints one JSON object per line. Every command except ``demo`` and ``sink`` loads and
-validates the settings first (exit 2 naming the setting); arguments and the
-``enqueue --stdin`` object are parsed strictly by :mod:`outbox_mailer.cli.input`.
+validates the settings first (exit 2 naming the setting); arguments, the
+``enqueue --stdin`` object and ``--data`` are parsed strictly by :mod:`outbox_mailer.cli.input`.
 
 The package, by responsibility (imports only run downwards, no cycles)::
 
@@ -19,7 +19,7 @@ The package, by responsibility (imports only run downwards, no cycles)::
     setup_commands    grant, check, demo, sink
     database          with_store(): one Store for one action
     output            exit codes, error -> exit code, JSON lines, text and tables
-    input             argument types, the enqueue --stdin object, UsageError
+    input             argument types, the enqueue --stdin object, --data's JSON object, UsageError
 """
 
 from __future__ import annotations

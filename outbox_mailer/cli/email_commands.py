@@ -17,7 +17,7 @@ from ..errors import DatabaseError, DatabaseUnavailable, NotFound, SchemaMismatc
 from ..settings.config import Settings
 from ..store import Store
 from .database import run_with_store
-from .input import UsageError, dedupe_key, int_in, parse_time, read_email, stdin_limit
+from .input import UsageError, dedupe_key, int_in, json_object, parse_time, read_email, stdin_limit
 from .output import EXIT_NOTHING, EXIT_OK, emit, print_status
 
 
@@ -67,10 +67,8 @@ def _email_from_stdin(settings: Settings) -> dict[str, Any]:
 
 
 def _email_from_flags(args: argparse.Namespace) -> dict[str, Any]:
-    if not args.to or args.subject is None:
-        raise UsageError("enqueue needs --to and --subject (or --stdin with a JSON object)")
-    if args.text is None and args.html is None:
-        raise UsageError("enqueue needs --text or --html")
+    if not args.to:
+        raise UsageError("enqueue needs --to (or --stdin with a JSON object)")
     headers = {}
     for item in args.header or []:
         name, sep, value = item.partition("=")
@@ -79,14 +77,27 @@ def _email_from_flags(args: argparse.Namespace) -> dict[str, Any]:
         headers[name] = value
     email: dict[str, Any] = {
         "from_address": args.from_address, "to_addresses": args.to, "cc_addresses": args.cc or [],
-        "bcc_addresses": args.bcc or [], "reply_to": args.reply_to, "subject": args.subject,
-        "text_body": args.text, "html_body": args.html, "headers": headers, "transport": args.transport,
-        "priority": args.priority,
+        "bcc_addresses": args.bcc or [], "reply_to": args.reply_to, **_content_from_flags(args),
+        "headers": headers, "transport": args.transport, "priority": args.priority,
         "scheduled_at": parse_time("--scheduled-at", args.scheduled_at) if args.scheduled_at else None,
     }
     if args.key is not None:  # an empty --key is refused by its type, never replaced by a random one
         email["dedupe_key"] = args.key
     return email
+
+
+def _content_from_flags(args: argparse.Namespace) -> dict[str, Any]:
+    """The email's own subject and bodies, or a stored template with its data and locale: one or the other."""
+    if args.template is None:
+        if args.data is not None or args.locale is not None:
+            raise UsageError("--data and --locale need --template")
+        if args.subject is None or (args.text is None and args.html is None):
+            raise UsageError("enqueue needs --subject and --text or --html, or --template NAME")
+        return {"subject": args.subject, "text_body": args.text, "html_body": args.html}
+    if (args.subject, args.text, args.html) != (None, None, None):
+        raise UsageError("give --template or --subject, --text and --html, not both")
+    data = None if args.data is None else json_object("--data", args.data)  # None: the INSERT makes it {}
+    return {"template": args.template, "template_data": data, "locale": args.locale}
 
 
 # ---- changing one email's status -----------------------------------------------------------
@@ -149,6 +160,9 @@ def register(sub: Any) -> None:
     p.add_argument("--subject")
     p.add_argument("--text")
     p.add_argument("--html")
+    p.add_argument("--template", metavar="NAME", help="a stored template instead of --subject, --text and --html")
+    p.add_argument("--data", metavar="JSON", help="the template's data, a JSON object (default {})")
+    p.add_argument("--locale", metavar="L", help="the template's locale, like pt-BR (default: its default locale)")
     p.add_argument("--header", action="append", metavar="NAME=VALUE")
     p.add_argument("--transport")
     p.add_argument("--priority", type=int_in(-32_768, 32_767), default=0, help="higher first (default 0)")

@@ -1,4 +1,4 @@
-"""Command-line input, parsed strictly: argument types and the ``enqueue --stdin`` object.
+"""Command-line input, parsed strictly: argument types, the ``enqueue --stdin`` object and ``--data``.
 
 Everything here either returns a checked value or raises :class:`UsageError`
 (or argparse's ``ArgumentTypeError``, which argparse reports with exit 2);
@@ -8,10 +8,11 @@ nothing is coerced. The rules:
   and valid UTF-8 (argv bytes that are not arrive as lone surrogates);
 * durations (``--since``): ASCII digits and a unit, at most ten years;
 * counts and intervals: finite numbers within a stated range;
+* a JSON object (stdin, ``--data``): nested at most :data:`MAX_JSON_DEPTH`
+  levels, NaN and Infinity refused;
 * the stdin object: at most a size derived from ``max_message_bytes``, UTF-8,
-  nested at most :data:`MAX_JSON_DEPTH` levels, known fields only, each of
-  its exact type (a string is a string, an integer is not a bool or a float,
-  a time is ISO 8601 with an offset), NaN and Infinity refused.
+  known fields only, each of its exact type (a string is a string, an integer
+  is not a bool or a float, a time is ISO 8601 with an offset).
 """
 
 from __future__ import annotations
@@ -116,11 +117,11 @@ ATTACHMENT_KEYS = ("content_base64", "content_type", "filename")
 OPTIONAL_ATTACHMENT_KEY = "content_id"  # an inline part's Content-ID (string or null)
 
 STRING_FIELDS = ("from_address", "reply_to", "text_body", "html_body", "transport",  # string or null
-                 "unsubscribe_category")
+                 "unsubscribe_category", "template", "locale")
 ADDRESS_LISTS = ("to_addresses", "cc_addresses", "bcc_addresses")  # list of strings (or one string)
 ENQUEUE_FIELDS = frozenset({
     "dedupe_key", "subject", *STRING_FIELDS, *ADDRESS_LISTS, "headers", "attachments", "metadata", "priority",
-    "scheduled_at", "expires_at", "max_attempts", "ignore_suppressions",
+    "scheduled_at", "expires_at", "max_attempts", "ignore_suppressions", "template_data",
 })
 
 
@@ -143,18 +144,28 @@ def read_email(raw: bytes, limit: int) -> dict[str, Any]:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise UsageError(f"stdin is not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
+    return checked_email(json_object("stdin", text))
+
+
+def json_object(source: str, text: str) -> dict[str, Any]:
+    """One JSON object read from ``source`` (stdin, ``--data``): nested at most :data:`MAX_JSON_DEPTH`
+    levels, NaN and Infinity refused; else UsageError naming ``source``."""
     depth = json_depth(text)
     if depth > MAX_JSON_DEPTH:
-        raise UsageError(f"stdin is nested {depth} levels deep; at most {MAX_JSON_DEPTH} are allowed")
+        raise UsageError(f"{source} is nested {depth} levels deep; at most {MAX_JSON_DEPTH} are allowed")
+
+    def refuse_constant(name: str) -> Any:
+        raise UsageError(f"{source} holds {name}: JSON has no such number")
+
     try:
-        data = json.loads(text, parse_constant=_refuse_constant)
+        data = json.loads(text, parse_constant=refuse_constant)
     except UsageError:
         raise
     except (ValueError, RecursionError) as exc:  # JSONDecodeError, or an integer of over 4300 digits
-        raise UsageError(f"stdin is not one JSON object: {exc}") from None
+        raise UsageError(f"{source} is not one JSON object: {exc}") from None
     if not isinstance(data, dict):
-        raise UsageError("stdin must hold one JSON object")
-    return checked_email(data)
+        raise UsageError(f"{source} must hold one JSON object, not {_kind(data)}")
+    return data
 
 
 def json_depth(text: str) -> int:
@@ -166,21 +177,19 @@ def json_depth(text: str) -> int:
     return deepest
 
 
-def _refuse_constant(name: str) -> Any:
-    raise UsageError(f"stdin holds {name}: JSON has no such number")
-
-
 def checked_email(data: dict[str, Any]) -> dict[str, Any]:
     """Each field of its exact type, or UsageError naming the field."""
     unknown = sorted(set(data) - ENQUEUE_FIELDS)
     if unknown:
         raise UsageError(f"unknown field(s) {', '.join(unknown)}; allowed: {', '.join(sorted(ENQUEUE_FIELDS))}")
-    for name in ("subject", "to_addresses"):
+    # a row that names a template gives no subject of its own (the INSERT checks the rest of that rule)
+    required = ("to_addresses",) if data.get("template") is not None else ("subject", "to_addresses")
+    for name in required:
         if name not in data:
             raise UsageError(f"field {name!r} is required")
     email: dict[str, Any] = {}
     for name, value in data.items():
-        if value is None and name not in ("dedupe_key", "subject", "to_addresses"):
+        if value is None and name not in ("dedupe_key", *required):
             email[name] = None  # the column's default
             continue
         email[name] = _CHECKS[name](name, value)
@@ -278,6 +287,7 @@ _CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "headers": _string_object,
     "attachments": _attachments,
     "metadata": _object,
+    "template_data": _object,
     "priority": _integer(SMALLINT),
     "max_attempts": _integer(INT4),
     "scheduled_at": parse_time,

@@ -11,7 +11,6 @@ through the daemon's own worker process and limits and prints the subject and bo
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,7 @@ from ..templating.render import TemplateVersion
 from ..templating.sandbox import compile_problem
 from ..templating.worker import render_isolated
 from .database import run_with_store
-from .input import UsageError
+from .input import UsageError, json_object
 from .output import EXIT_NOTHING, EXIT_OK, emit
 from .pause_commands import cli_actor
 
@@ -97,12 +96,7 @@ def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_render(args: argparse.Namespace, settings: Settings) -> int:
-    try:
-        data = json.loads(args.data)
-    except ValueError as exc:
-        raise UsageError(f"--data: not JSON: {exc}") from exc
-    if not isinstance(data, dict):
-        raise UsageError("--data: a JSON object, like '{\"name\": \"Ann\"}'")
+    data = json_object("--data", args.data)
     limits = settings.render_limits()
 
     async def go(store: TemplateStore) -> int:

@@ -116,16 +116,17 @@ class Store:
             )
 
     async def enqueue(self, email: dict[str, Any]) -> int | None:
-        """Insert one email; None when the dedupe key already exists."""
+        """Insert one email (its own subject and bodies, or a template); None when the dedupe key already exists."""
         async with self._conn() as conn:
             delivery_id: int | None = await conn.fetchval(
                 sql("enqueue"),
                 email["dedupe_key"], email.get("from_address"), email["to_addresses"],
                 email.get("cc_addresses") or [], email.get("bcc_addresses") or [], email.get("reply_to"),
-                email["subject"], email.get("text_body"), email.get("html_body"), email.get("headers") or {},
+                email.get("subject"), email.get("text_body"), email.get("html_body"), email.get("headers") or {},
                 email.get("attachments") or [], email.get("metadata") or {}, email.get("transport"),
                 email.get("priority") or 0, email.get("scheduled_at"), email.get("expires_at"),
                 email.get("max_attempts"), bool(email.get("ignore_suppressions")), email.get("unsubscribe_category"),
+                email.get("template"), email.get("template_data"), email.get("locale"),
             )
         return delivery_id
 

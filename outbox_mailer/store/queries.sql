@@ -354,12 +354,13 @@ WHERE delivery_id = $1
 ORDER BY attempt, id;
 
 -- name: enqueue
--- Insert one email unless its dedupe key exists. Returns the new id, or nothing for a duplicate.
+-- Insert one email unless its dedupe key exists: its own subject and bodies, or a template ($20) with its data and locale (schema 27). Returns the new id, or nothing for a duplicate.
 INSERT INTO email_deliveries
     (dedupe_key, from_address, to_addresses, cc_addresses, bcc_addresses, reply_to, subject, text_body,
      html_body, headers, attachments, metadata, transport, priority, scheduled_at, expires_at, max_attempts,
-     ignore_suppressions, unsubscribe_category)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, coalesce($15, now()), $16, $17, $18, $19)
+     ignore_suppressions, unsubscribe_category, template, template_data, locale)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, coalesce($15, now()), $16, $17, $18, $19,
+        $20, $21, $22)
 ON CONFLICT (dedupe_key) DO NOTHING
 RETURNING id;
 

@@ -105,6 +105,20 @@ def test_a_good_object_keeps_its_values() -> None:
     assert email["scheduled_at"].year == 2099  # type: ignore[union-attr]
 
 
+def test_an_object_that_names_a_template_keeps_its_name_data_and_locale_and_needs_no_subject() -> None:
+    email = _read({"to_addresses": ["a@example.com"], "template": "welcome", "template_data": {"name": ["Ana"]},
+                   "locale": "pt-BR", "subject": None})
+    assert email == {"to_addresses": ["a@example.com"], "template": "welcome", "template_data": {"name": ["Ana"]},
+                     "locale": "pt-BR", "subject": None}
+
+
+def test_an_object_without_a_template_needs_its_subject() -> None:
+    from outbox_mailer.cli.input import UsageError
+
+    with pytest.raises(UsageError, match="'subject' is required"):
+        _read({"to_addresses": ["a@example.com"], "text_body": "b"})
+
+
 def test_an_inline_attachments_content_id_is_taken_as_a_string_or_null() -> None:
     inline = {"filename": "logo.png", "content_type": "image/png", "content_base64": "eA==", "content_id": "logo@x"}
     email = _read({**GOOD, "attachments": [inline, {**inline, "content_id": None}]})
@@ -131,6 +145,9 @@ def test_an_inline_attachments_content_id_is_taken_as_a_string_or_null() -> None
         ({"attachments": [{"filename": "a", "content_type": "text/plain", "content_base64": "", "x": "y"}]},
          "attachments[0]"),
         ({"nonsense": 1}, "nonsense"),
+        ({"template": 1}, "template"),
+        ({"template": "welcome", "template_data": []}, "template_data"),
+        ({"template": "welcome", "locale": ["pt"]}, "locale"),
     ],
 )
 def test_wrong_types_name_the_field(override: dict[str, object], field: str) -> None:
