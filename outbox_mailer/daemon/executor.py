@@ -271,5 +271,5 @@ class Executor:
     def _finish(self, delivery: Delivery, where: Route | str, started: datetime, outcome: Outcome,
                 message_id: str | None = None) -> None:
         """Decide, and hand the write to the recorder (never waits: nothing can cancel the hand-over)."""
-        self.ctx.inflight.send_returned()
+        self.ctx.inflight.send_returned(delivery)
         self.ctx.recorder.submit(self.ctx.write(delivery, where, started, outcome, message_id))

@@ -2,8 +2,13 @@
 
 One object owns it. A claimed row is *held* from its claim until its outcome
 is committed (its advisory lock is ours all that time); it is *sending* from
-its claim until its send returns. ``concurrency`` bounds the rows sending; the
-rows held are bounded at twice that (outcomes waiting for the recorder).
+its claim until its send returns. ``concurrency`` counts *requests*: a row is
+one request on a lane that sends singly, and a batching lane's request carries
+up to its ``batch_limit`` rows (its rows count ``ceil(rows / batch_limit)``
+requests). The rows sending are bounded at ``concurrency`` requests' worth, the
+rows held at twice that (outcomes waiting for the recorder); :meth:`InFlight.room_on`
+is what a lane may still be claimed under both bounds. With only lanes that
+send singly this is ``concurrency`` rows sending and twice that held.
 
 A held row's send may start only within its *start window*: the send must end
 (``START_MARGIN_SECONDS`` early) before the claim could be rescued, so a claim
@@ -20,7 +25,8 @@ Two signals, both set from anywhere without waiting:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Mapping, Sequence
 
 import anyio
 
@@ -29,14 +35,21 @@ from ..delivery import Delivery, Status
 from ..store import OutcomeWrite
 
 START_MARGIN_SECONDS = 1.0  # a send must end this long before its claim could be rescued
+NO_LANE = ""  # the rows a claim fails at once (no lane takes them), and rows held without a lane named
 
 
 class InFlight:
-    def __init__(self, concurrency: int, rescue_after_seconds: float) -> None:
+    def __init__(self, concurrency: int, rescue_after_seconds: float,
+                 rows_per_request: Mapping[str, int] | None = None) -> None:
         self.concurrency = concurrency
         self.rescue_after = rescue_after_seconds
-        self._held: dict[int, tuple[str, float]] = {}  # row id -> (dedupe key, monotonic claim time)
+        # rows one request carries, by lane: a batching lane's batch_limit; 1 for any other lane
+        self._per_request = {lane: rows for lane, rows in (rows_per_request or {}).items() if rows > 1}
+        self._held: dict[int, tuple[str, float, str]] = {}  # row id -> (dedupe key, monotonic claim time, lane)
         self._sending = 0
+        self._sending_on: Counter[str] = Counter()  # rows sending, by lane
+        self._held_on: Counter[str] = Counter()  # rows held, by lane
+        self.notices = 0  # counts the signals that work may be due (a claim that found nothing may find some)
         self._slot_freed = anyio.Event()
         self._work_due = anyio.Event()
 
@@ -45,8 +58,24 @@ class InFlight:
 
     @property
     def room(self) -> int:
-        """Rows the claim loop may claim now."""
-        return min(self.concurrency - self._sending, 2 * self.concurrency - len(self._held))
+        """Rows the claim loop may claim now for lanes that send singly (a row a request)."""
+        return self.room_on(NO_LANE)
+
+    def room_on(self, lane: str) -> int:
+        """Rows lane ``lane`` may be claimed now: what the requests left, of ``concurrency`` sending and
+        of twice that held, would carry on it, less the rows it has."""
+        per_request = self._per_request.get(lane, 1)
+        sending = (self.concurrency - self._requests(self._sending_on, lane)) * per_request - self._sending_on[lane]
+        held = (2 * self.concurrency - self._requests(self._held_on, lane)) * per_request - self._held_on[lane]
+        return max(0, min(sending, held))
+
+    def held_on(self, lane: str) -> int:
+        """Rows held that were routed to lane ``lane``."""
+        return self._held_on[lane]
+
+    def _requests(self, rows: Counter[str], besides: str) -> int:
+        """The requests that ``rows`` (by lane) make on every lane but ``besides``."""
+        return sum(-(-n // self._per_request.get(lane, 1)) for lane, n in rows.items() if lane != besides)
 
     @property
     def sending(self) -> int:
@@ -58,7 +87,7 @@ class InFlight:
 
     def keys(self) -> list[str]:
         """Dedupe keys whose advisory locks are ours (re-taken after a reconnect)."""
-        return [key for key, _ in self._held.values()]
+        return [key for key, _, _ in self._held.values()]
 
     def start_window(self, send_timeout_seconds: float) -> float:
         """How long after its claim a send with this timeout may start."""
@@ -71,36 +100,48 @@ class InFlight:
 
     # -- the row's path ---------------------------------------------------------
 
-    def hold(self, batch: Sequence[Delivery], claimed_at: float) -> None:
-        for delivery in batch:
-            self._held[delivery.id] = (delivery.dedupe_key, claimed_at)
+    def hold(self, batch: Sequence[Delivery], claimed_at: float, lanes: Sequence[str] | None = None) -> None:
+        """Hold claimed rows, each counted on the lane it goes to (``lanes``, in order; none: NO_LANE)."""
+        for i, delivery in enumerate(batch):
+            lane = lanes[i] if lanes is not None else NO_LANE
+            self._held[delivery.id] = (delivery.dedupe_key, claimed_at, lane)
+            self._held_on[lane] += 1
+            self._sending_on[lane] += 1
         self._sending += len(batch)
 
-    def send_returned(self) -> None:
-        """A send returned (or never could start): its slot is free; the row stays held."""
+    def send_returned(self, delivery: Delivery) -> None:
+        """The row's send returned (or never could start): its slot is free; the row stays held."""
+        held = self._held.get(delivery.id)
         self._sending -= 1
+        self._sending_on[held[2] if held is not None else NO_LANE] -= 1
         self._slot_freed.set()
 
     def abandon(self, delivery: Delivery) -> None:
         """A send cut off at shutdown: the row stays 'sending' for a rescuer, and is no longer ours."""
-        self.send_returned()
-        self._held.pop(delivery.id, None)
+        self.send_returned(delivery)
+        self._release(delivery.id)
 
     def recorded(self, batch: Sequence[OutcomeWrite]) -> None:
         """Outcomes committed: the rows are no longer held; a retry may be due soon."""
         for write in batch:
-            self._held.pop(write.delivery.id, None)
+            self._release(write.delivery.id)
         self._slot_freed.set()
         if any(w.transition.status is Status.PENDING for w in batch):
-            self._work_due.set()  # a retry may be due before the claim loop's current wait ends
+            self.work_may_be_due()  # a retry may be due before the claim loop's current wait ends
+
+    def _release(self, row_id: int) -> None:
+        held = self._held.pop(row_id, None)
+        if held is not None:
+            self._held_on[held[2]] -= 1
 
     # -- signals ----------------------------------------------------------------
 
     def work_may_be_due(self) -> None:
+        self.notices += 1
         self._work_due.set()
 
     def stop(self) -> None:
-        self._work_due.set()
+        self.work_may_be_due()
         self._slot_freed.set()
 
     def expect_work(self) -> None:

@@ -10,7 +10,8 @@ What a worker does with a row is the executor's business (executor.py).
 
 A lane of a transport that sends batches (``batch_limit`` > 1: a provider's
 batch endpoint) hands each worker up to ``batch_limit`` queued rows at once,
-and has room for a full batch per worker.
+and has room for a full batch per worker: each worker's batch is one request
+of the daemon's ``concurrency`` (inflight.py), so the claim loop fills it.
 
 A transport with a shared rate can start only so many requests before a claim
 grows too old to start its send: :meth:`Lane.room_within` is the room those
@@ -48,7 +49,7 @@ class Lane:
         worker is busy (a claim of one or two rows costs as much as one of
         twenty), yet a claim ages by at most a few sends before its row starts
         (the executor refuses to start it if that ever comes near the rescue
-        delay). The daemon's ``concurrency`` bounds the total.
+        delay). The daemon's ``concurrency``, in requests (inflight.py), bounds the total.
         """
         return self.capacity - self._busy - len(self._queue)
 

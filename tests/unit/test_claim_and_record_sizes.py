@@ -83,3 +83,30 @@ async def test_gathering_stops_at_its_count_or_its_time() -> None:
     started = anyio.current_time()
     assert await r._gather("alone") == ["alone"]  # type: ignore[arg-type]
     assert GATHER_SECONDS * 0.8 <= anyio.current_time() - started < GATHER_SECONDS * 10
+
+
+def test_a_batching_lanes_rows_count_one_request_per_batch_limit() -> None:
+    inflight = InFlight(8, 60.0, {"resend": 100, "smtp": 1})
+    inflight.hold(rows(150), 0.0, ["resend"] * 150)  # type: ignore[arg-type]
+    assert inflight.room_on("resend") == 8 * 100 - 150, "the lane may fill the budget's requests with rows"
+    assert inflight.room == inflight.room_on("smtp") == 8 - 2, "150 rows of a batching lane are two requests"
+    inflight.hold(rows(6, start=1000), 0.0, ["smtp"] * 6)  # type: ignore[arg-type]
+    assert inflight.room_on("smtp") == 0 and inflight.room_on("resend") == (8 - 6) * 100 - 150
+
+
+def test_rows_whose_sends_returned_stay_held_within_twice_the_budget() -> None:
+    inflight = InFlight(2, 60.0, {"resend": 100})
+    claimed = rows(200)
+    inflight.hold(claimed, 0.0, ["resend"] * 200)  # type: ignore[arg-type]
+    assert inflight.room_on("resend") == 0, "two requests of a hundred: the sending budget is spent"
+    for row in claimed:
+        inflight.send_returned(row)  # type: ignore[arg-type]  # outcomes not recorded yet
+    assert inflight.room_on("resend") == 200 and inflight.held_on("resend") == 200, \
+        "held rows (outcomes waiting for the recorder) count against twice the budget"
+
+
+def test_a_busy_batching_lane_waits_for_a_whole_batch_of_room() -> None:
+    c, inflight = claimer(8, {"resend": Lane("resend", 4, batch_limit=100), "smtp": Lane("smtp", 4)})
+    inflight.hold(rows(1), 0.0)  # type: ignore[arg-type]
+    assert c._worthwhile_claim("resend") == 100, "a claim per request slot: a batch at a time"
+    assert c._worthwhile_claim() == 2, "the other lanes: a quarter of the rows they hold"

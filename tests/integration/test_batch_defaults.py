@@ -1,0 +1,125 @@
+"""A batching transport at default settings: ``CONCURRENCY`` counts requests, so its batches fill.
+
+Through a Resend-like server limited to 2 requests/s, a daemon left at its default concurrency sends
+batches of a hundred, not of eight (the batch sizes the server received); beside an SMTP transport,
+every lane's rows held stay within the documented bound (``2 x CONCURRENCY`` requests' worth, one row
+a request on a lane that sends singly), counted at every claim, and the SMTP lane's claims take no
+Resend rows that would go out in small batches.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import anyio
+import pytest
+
+from outbox_mailer.daemon.service import Daemon
+from outbox_mailer.delivery import Transport
+from outbox_mailer.settings.config import Settings
+from outbox_mailer.settings.transports import ApiTransportSettings
+from outbox_mailer.store import OutcomeWrite
+from outbox_mailer.transports.api.http import HttpApiTransport
+from outbox_mailer.transports.smtp import SmtpTransport
+from tests.in_process_daemon import settings_for
+from tests.integration.test_daemon_batches import insert, settled
+from tests.provider_server import ProviderServer
+from tests.smtp_server import SmtpTestServer
+from tests.sql_store import SqlStore
+
+pytestmark = pytest.mark.anyio
+DEFAULT_CONCURRENCY = Settings.model_fields["concurrency"].default
+
+
+class HeldAtClaims:
+    """The daemon's observer: after every claim, the rows it holds on each lane."""
+
+    def __init__(self) -> None:
+        self.daemon: Daemon | None = None
+        self.samples: list[dict[str, int]] = []
+
+    def claimed(self, batch_size: int) -> None:
+        assert self.daemon is not None
+        self.samples.append({name: self.daemon.inflight.held_on(name) for name in self.daemon.lanes})
+
+    def recorded(self, write: OutcomeWrite, applied: bool) -> None:
+        pass
+
+    def batch_replayed_to_suppressed(self, transport: str, recipients: int) -> None:
+        pass
+
+
+@contextlib.asynccontextmanager
+async def daemon_with(settings: Settings, transports: dict[str, Transport],
+                      observer: HeldAtClaims | None = None) -> AsyncIterator[Daemon]:
+    daemon = Daemon(settings, transports, default_transport=settings.default_transport, observer=observer)
+    if observer is not None:
+        observer.daemon = daemon
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(daemon.run)
+            try:
+                yield daemon
+            finally:
+                daemon.stop()
+    finally:
+        for transport in transports.values():
+            await transport.aclose()  # type: ignore[attr-defined]  # both kinds used here have aclose
+
+
+def resend_options(server: ProviderServer, **options: Any) -> dict[str, Any]:
+    """A Resend transport at its defaults (batch on, 4 requests in flight), aimed at ``server``."""
+    return {"kind": "resend", "api_key": "test", "base_url": server.base_url, "timeout_seconds": 2, **options}
+
+
+def batch_sizes(server: ProviderServer) -> list[int]:
+    return [len(r.json()) for r in server.sends("/emails/batch") if r.status == 200]
+
+
+async def test_at_default_concurrency_two_requests_a_second_carry_full_batches(
+        db_url: str, store: SqlStore, smtp_server: SmtpTestServer) -> None:
+    server = ProviderServer(rate_per_second=2, burst=2).start()
+    try:
+        options = resend_options(server, rate_per_second=2, burst=2)
+        settings = settings_for(db_url, smtp_server, transports={"resend": options}, default_transport="resend")
+        assert settings.concurrency == DEFAULT_CONCURRENCY
+        keys = await insert(store, 300)
+        async with daemon_with(settings, {"resend": HttpApiTransport(ApiTransportSettings(**options), name="resend"),
+                                          "smtp": SmtpTransport(settings.smtp)}):
+            assert set((await settled(store, 300, timeout=60)).values()) == {"sent"}
+        sizes = batch_sizes(server)
+        assert sizes[:2] == [100, 100], f"the first requests carry full batches, not {DEFAULT_CONCURRENCY} rows"
+        assert sum(sizes) == 300 and len(sizes) <= 4, sizes
+        assert dict(server.accepted_by_header) == dict.fromkeys(keys, 1)
+    finally:
+        server.stop()
+
+
+def requests_worth(held: dict[str, int], per_request: dict[str, int]) -> int:
+    return sum(math.ceil(rows / per_request[lane]) for lane, rows in held.items())
+
+
+async def test_rows_held_beside_a_batching_lane_stay_within_twice_concurrency_requests(
+        db_url: str, store: SqlStore, smtp_server: SmtpTestServer) -> None:
+    server = ProviderServer().start()
+    observer = HeldAtClaims()
+    try:
+        options = resend_options(server, rate_per_second=1000, burst=100)
+        settings = settings_for(db_url, smtp_server, transports={"resend": options}, default_transport="resend")
+        await insert(store, 600, prefix="api")
+        await insert(store, 200, prefix="smtp", transport="'smtp'")
+        async with daemon_with(settings, {"resend": HttpApiTransport(ApiTransportSettings(**options), name="resend"),
+                                          "smtp": SmtpTransport(settings.smtp)}, observer) as daemon:
+            assert set((await settled(store, 800, timeout=60)).values()) == {"sent"}
+            per_request = {name: lane.batch_limit for name, lane in daemon.lanes.items()}
+        samples: Sequence[dict[str, int]] = observer.samples
+        assert max(requests_worth(s, per_request) for s in samples) <= 2 * DEFAULT_CONCURRENCY
+        assert max(s["smtp"] for s in samples) <= 2 * DEFAULT_CONCURRENCY, "a row a request on the SMTP lane"
+        assert max(s["resend"] for s in samples) > 2 * DEFAULT_CONCURRENCY, "the Resend lane held batches"
+        assert len(smtp_server.messages) == 200
+        assert batch_sizes(server) == [100] * 6, "a claim per request slot: no request spent on a few rows"
+    finally:
+        server.stop()
