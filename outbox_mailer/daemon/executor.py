@@ -129,6 +129,7 @@ class Executor:
         members: list[Delivery] = []
         screened: list[Delivery] = []  # as the request carries them: suppressed recipients left out
         messages: list[ComposedMessage] = []
+        singles: list[tuple[Delivery, ComposedMessage]] = []
         for delivery in deliveries:
             prepared = self.ctx.preparation.screened(delivery, started)
             if isinstance(prepared, Outcome):
@@ -141,13 +142,30 @@ class Executor:
                 screened.append(prepared[0])
                 messages.append(prepared[1])
             else:
-                await self.carry(delivery, prepared[1], name=name)
+                singles.append((delivery, prepared[1]))
         if transport is None or len(members) == 1 or not self.ctx.gates[name].fits_one_request(
                 sum(len(m.recipients) for m in messages)):
-            for delivery, message in zip(members, messages, strict=True):
-                await self.carry(delivery, message, name=name)
+            singles += zip(members, messages, strict=True)
         elif members:
             await self._send_batch(name, transport, members, messages, started, screened)
+        await self._carry_singly(singles, name)
+
+    async def _carry_singly(self, singles: list[tuple[Delivery, ComposedMessage]], name: str) -> None:
+        """The rows of a batching lane's group that go singly, each a request of its own: at most the
+        transport's ``max_parallel`` at once, so a group of them is not carried one after another."""
+        if len(singles) <= 1:
+            for delivery, message in singles:
+                await self.carry(delivery, message, name=name)
+            return
+        limiter = anyio.CapacityLimiter(max(1, self.ctx.transports[name].max_parallel))
+
+        async def one(delivery: Delivery, message: ComposedMessage) -> None:
+            async with limiter:
+                await self.carry(delivery, message, name=name)
+
+        async with anyio.create_task_group() as group:
+            for delivery, message in singles:
+                group.start_soon(one, delivery, message)
 
     async def _send_batch(self, name: str, transport: BatchTransport, members: list[Delivery],
                           messages: list[ComposedMessage], started: datetime, screened: list[Delivery]) -> None:
