@@ -10,7 +10,9 @@ lane.
 batch endpoint) takes up to ``batch_limit`` rows a request, so it gets a claim
 of its own, of the transports routed to it alone, whenever a quarter of what it
 can hold is free (a batch at a time at the defaults): a claim per request slot,
-never a few rows that would spend a request of a rate on a small batch. One
+never a few rows that would spend a request of a rate on a small batch. Its
+rows found to go singly count a request each (inflight.py), and while some wait
+its claims are sized a row a request. One
 more claim takes rows for the lanes that send singly, at most what the requests
 left would carry one row each. A claim that came back short is not made again
 until work may be due (a NOTIFY, a retry) or the poll interval has passed, so a
@@ -121,7 +123,10 @@ class Claimer:
         a new claim is too old to start its send would carry (rows claimed beyond that would wait for a
         slot until they could not be sent, and go back untried). None: no shared rate."""
         requests = self._gates[name].requests_within(self._window(name))
-        return None if requests is None else lane.room_within(requests)
+        if requests is None:
+            return None
+        singly = self._inflight.singly_on(name)  # a request each; while some wait, more rows may go singly
+        return lane.room_within(requests - singly, 1 if singly else None)
 
     def _unclaimable(self) -> list[str]:
         """Transports whose rows are not claimed now: those nothing can carry (paused), and those whose
@@ -132,12 +137,14 @@ class Claimer:
         """The fewest rows worth a claim: while sends are in flight, a quarter of what the claim's lanes
         can hold (a claim costs PostgreSQL about as much for two rows as for twenty, and the rows waiting
         at the lanes keep every connection busy meanwhile); with nothing in flight, one (pickup latency).
-        A batching lane holds up to ``concurrency`` requests of ``batch_limit`` rows, within its capacity."""
+        A batching lane holds up to ``concurrency`` requests of ``batch_limit`` rows, within its capacity
+        (of a row each while some of its rows go singly: they may be more such rows)."""
         if not self._inflight.sending:
             return 1
         if lane != OTHER_LANES:
             own = self._lanes[lane]
-            full = min(own.capacity, self.settings.concurrency * own.batch_limit)
+            per_request = 1 if self._inflight.singly_on(lane) else own.batch_limit
+            full = min(own.capacity, self.settings.concurrency * per_request)
         else:
             capacity = sum(lane.capacity for lane in self._singles().values()) or self.settings.concurrency
             full = min(self.settings.concurrency, capacity)

@@ -18,7 +18,9 @@ ambiguous, given up so that a rescuer resends it whole). Decisions are
 of a fallback or of a batch before its request (``BatchLedger``, context.py).
 
 Batches (a transport with a batch endpoint, :meth:`carry_batch`): each member is
-composed on its own; members the transport cannot batch go singly; the batch is
+composed on its own; members the transport cannot batch go singly, side by side
+with the batch and with each other, every request (the batch call, each single
+send) in a slot of the lane's one request budget (lanes.py); the batch is
 admitted once (a rate limit counts requests), recorded with its key, sent, and
 each member's answer becomes its own outcome. A member whose claim grew too old
 to start a send (before or while the batch waited for admission) is left out of
@@ -40,6 +42,7 @@ from collections.abc import Sequence
 from datetime import datetime
 
 import anyio
+from anyio.abc import TaskGroup
 
 from ..delivery import (
     BatchOutcome,
@@ -120,10 +123,15 @@ class Executor:
 
     # -- batches ------------------------------------------------------------------
 
-    async def carry_batch(self, deliveries: list[Delivery], name: str | None = None) -> None:
+    async def carry_batch(self, deliveries: list[Delivery], name: str | None = None,
+                          requests: anyio.CapacityLimiter | None = None) -> None:
         """Send rows queued together on a batching transport's lane (a lane's worker calls this, with
-        its transport's ``name``: a row routed there while its own transport was paused may name another)."""
+        its transport's ``name``: a row routed there while its own transport was paused may name another,
+        and the lane's request budget ``requests``; none: one request at a time). The batch call and each
+        row that goes singly are requests side by side, each holding a slot of ``requests`` while it is
+        admitted and made."""
         name = name or self.ctx.route(deliveries[0])
+        requests = requests or anyio.CapacityLimiter(1)
         transport = batch_transport(self.ctx.transports[name])
         started = self.ctx.clock()
         members: list[Delivery] = []
@@ -146,32 +154,44 @@ class Executor:
         if transport is None or len(members) == 1 or not self.ctx.gates[name].fits_one_request(
                 sum(len(m.recipients) for m in messages)):
             singles += zip(members, messages, strict=True)
-        elif members:
-            await self._send_batch(name, transport, members, messages, started, screened)
-        await self._carry_singly(singles, name)
-
-    async def _carry_singly(self, singles: list[tuple[Delivery, ComposedMessage]], name: str) -> None:
-        """The rows of a batching lane's group that go singly, each a request of its own: at most the
-        transport's ``max_parallel`` at once, so a group of them is not carried one after another."""
-        if len(singles) <= 1:
-            for delivery, message in singles:
-                await self.carry(delivery, message, name=name)
-            return
-        limiter = anyio.CapacityLimiter(max(1, self.ctx.transports[name].max_parallel))
-
-        async def one(delivery: Delivery, message: ComposedMessage) -> None:
-            async with limiter:
-                await self.carry(delivery, message, name=name)
-
+            members = []
         async with anyio.create_task_group() as group:
-            for delivery, message in singles:
-                group.start_soon(one, delivery, message)
+            self._carry_singly(group, singles, name, requests)
+            if members and transport is not None:
+                self._carry_singly(group, await self._send_batch(name, transport, members, messages, started,
+                                                                 screened, requests), name, requests)
+
+    def _carry_singly(self, group: TaskGroup, singles: list[tuple[Delivery, ComposedMessage]],
+                      name: str, requests: anyio.CapacityLimiter) -> None:
+        """Start the rows of a batching lane's group that go singly, each a request of its own (counted as
+        one from now on, inflight.py)."""
+        self.ctx.inflight.go_singly([delivery for delivery, _ in singles])
+        for delivery, message in singles:
+            group.start_soon(self._carry_in_slot, delivery, message, name, requests)
+
+    async def _carry_in_slot(self, delivery: Delivery, message: ComposedMessage, name: str,
+                             requests: anyio.CapacityLimiter) -> None:
+        """A batching lane's row that goes singly: one request, in a slot of the lane's budget (cut off by
+        the shutdown while waiting for one, it was never attempted: it goes back untried)."""
+        try:
+            await requests.acquire()
+        except anyio.get_cancelled_exc_class():
+            self.give_back(delivery)
+            raise
+        try:
+            await self.carry(delivery, message, name=name)
+        finally:
+            requests.release()
 
     async def _send_batch(self, name: str, transport: BatchTransport, members: list[Delivery],
-                          messages: list[ComposedMessage], started: datetime, screened: list[Delivery]) -> None:
+                          messages: list[ComposedMessage], started: datetime, screened: list[Delivery],
+                          requests: anyio.CapacityLimiter) -> list[tuple[Delivery, ComposedMessage]]:
+        """The batch request, in a slot of ``requests``, and each member's answer; returns the members the
+        provider did not judge, to be sent singly."""
         span = None if self.ctx.tracing is None else self.ctx.tracing.batch(members, name)
         try:
-            results = await self._request_batch(name, transport, members, messages, screened)
+            async with requests:
+                results = await self._request_batch(name, transport, members, messages, screened)
         except anyio.get_cancelled_exc_class():
             log.warning("abandoned %d batch members: cancelled during the send", len(members))
             for delivery in members:
@@ -193,13 +213,15 @@ class Executor:
         if any(resend_whole(results[i], self.ctx.clock()) for i in going):
             await self._give_up(name, [members[i] for i in going], [messages[i] for i in going],
                                 [results[i] for i in going], started)
-            return
+            return []
+        again = []
         for i in going:
             result = results[i]
             if isinstance(result, SendSingly):
-                await self.carry(members[i], messages[i], name=name)
+                again.append((members[i], messages[i]))
             else:
                 self._finish(members[i], routes[i], started, routes[i].gate.observe(result), messages[i].message_id)
+        return again
 
     async def _request_batch(self, name: str, transport: BatchTransport, members: list[Delivery],
                              messages: list[ComposedMessage], screened: list[Delivery]) -> list[BatchOutcome]:

@@ -8,7 +8,10 @@ up to its ``batch_limit`` rows (its rows count ``ceil(rows / batch_limit)``
 requests). The rows sending are bounded at ``concurrency`` requests' worth, the
 rows held at twice that (outcomes waiting for the recorder); :meth:`InFlight.room_on`
 is what a lane may still be claimed under both bounds. With only lanes that
-send singly this is ``concurrency`` rows sending and twice that held.
+send singly this is ``concurrency`` rows sending and twice that held. A
+batching lane's row found to go singly (attachments, a pinned transport, ...:
+found when its batch is composed, :meth:`InFlight.go_singly`) is a request of
+its own from then on, so such rows leave room for fewer claims.
 
 A held row's send may start only within its *start window*: the send must end
 (``START_MARGIN_SECONDS`` early) before the claim could be rescued, so a claim
@@ -36,6 +39,7 @@ from ..store import OutcomeWrite
 
 START_MARGIN_SECONDS = 1.0  # a send must end this long before its claim could be rescued
 NO_LANE = ""  # the rows a claim fails at once (no lane takes them), and rows held without a lane named
+SINGLY = " singly"  # after a batching lane's name: its rows that go singly, a request each
 
 
 class InFlight:
@@ -73,6 +77,10 @@ class InFlight:
         """Rows held that were routed to lane ``lane``."""
         return self._held_on[lane]
 
+    def singly_on(self, lane: str) -> int:
+        """Rows of batching lane ``lane`` sending singly: a request each."""
+        return self._sending_on[lane + SINGLY]
+
     def _requests(self, rows: Counter[str], besides: str) -> int:
         """The requests that ``rows`` (by lane) make on every lane but ``besides``."""
         return sum(-(-n // self._per_request.get(lane, 1)) for lane, n in rows.items() if lane != besides)
@@ -108,6 +116,19 @@ class InFlight:
             self._held_on[lane] += 1
             self._sending_on[lane] += 1
         self._sending += len(batch)
+
+    def go_singly(self, batch: Sequence[Delivery]) -> None:
+        """Rows of a batching lane that go singly: each counts a request of its own from now on."""
+        for delivery in batch:
+            held = self._held.get(delivery.id)
+            if held is None or held[2] not in self._per_request:
+                continue
+            lane, singly = held[2], held[2] + SINGLY
+            self._held[delivery.id] = (held[0], held[1], singly)
+            self._held_on[lane] -= 1
+            self._held_on[singly] += 1
+            self._sending_on[lane] -= 1
+            self._sending_on[singly] += 1
 
     def send_returned(self, delivery: Delivery) -> None:
         """The row's send returned (or never could start): its slot is free; the row stays held."""

@@ -175,7 +175,8 @@ class Daemon:
                         for lane in self.lanes.values():
                             for _ in range(lane.workers):
                                 sends.start_soon(lane.serve, functools.partial(self.executor.carry, name=lane.name),
-                                                 functools.partial(self.executor.carry_batch, name=lane.name))
+                                                 functools.partial(self.executor.carry_batch, name=lane.name,
+                                                                   requests=lane.requests))
                         await self.claimer.run()
                         await self._drain(sends)
                     for lane in self.lanes.values():

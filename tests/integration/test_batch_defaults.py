@@ -4,21 +4,23 @@ Through a Resend-like server limited to 2 requests/s, a daemon left at its defau
 batches of a hundred, not of eight (the batch sizes the server received); beside an SMTP transport,
 every lane's rows held stay within the documented bound (``2 x CONCURRENCY`` requests' worth, one row
 a request on a lane that sends singly), counted at every claim, and the SMTP lane's claims take no
-Resend rows that would go out in small batches.
+Resend rows that would go out in small batches. The rows of a batching lane that go singly (here:
+with attachments) are sent side by side, and every request of the lane, a batch call or a single
+send, takes a slot of the lane's one request budget (counted as the transport is called).
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import AsyncIterator, Sequence
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Sequence
+from typing import Any, TypeVar
 
 import anyio
 import pytest
 
 from outbox_mailer.daemon.service import Daemon
-from outbox_mailer.delivery import Transport
+from outbox_mailer.delivery import BatchOutcome, ComposedMessage, Delivery, Outcome, Transport
 from outbox_mailer.settings.config import Settings
 from outbox_mailer.settings.transports import ApiTransportSettings
 from outbox_mailer.store import OutcomeWrite
@@ -32,6 +34,8 @@ from tests.sql_store import SqlStore
 
 pytestmark = pytest.mark.anyio
 DEFAULT_CONCURRENCY = Settings.model_fields["concurrency"].default
+ATTACHMENT = """'[{"filename": "a.txt", "content_type": "text/plain", "content_base64": "eA=="}]'::jsonb"""
+T = TypeVar("T")
 
 
 class HeldAtClaims:
@@ -68,6 +72,35 @@ async def daemon_with(settings: Settings, transports: dict[str, Transport],
     finally:
         for transport in transports.values():
             await transport.aclose()  # type: ignore[attr-defined]  # both kinds used here have aclose
+
+
+class CountedResend(HttpApiTransport):
+    """The real Resend transport, counting the requests the daemon has in it at once: all of them, and
+    the single sends alone."""
+
+    def __init__(self, settings: ApiTransportSettings, name: str) -> None:
+        super().__init__(settings, name=name)
+        self.requests = self.most_requests = self.singles = self.most_singles = 0
+
+    async def send(self, message: ComposedMessage, delivery: Delivery) -> Outcome:
+        self.singles += 1
+        self.most_singles = max(self.most_singles, self.singles)
+        try:
+            return await self._counted(super().send(message, delivery))
+        finally:
+            self.singles -= 1
+
+    async def send_batch(self, messages: Sequence[ComposedMessage], deliveries: Sequence[Delivery],
+                         key: str) -> list[BatchOutcome]:
+        return await self._counted(super().send_batch(messages, deliveries, key))
+
+    async def _counted(self, request: Awaitable[T]) -> T:
+        self.requests += 1
+        self.most_requests = max(self.most_requests, self.requests)
+        try:
+            return await request
+        finally:
+            self.requests -= 1
 
 
 def resend_options(server: ProviderServer, **options: Any) -> dict[str, Any]:
@@ -121,5 +154,26 @@ async def test_rows_held_beside_a_batching_lane_stay_within_twice_concurrency_re
         assert max(s["resend"] for s in samples) > 2 * DEFAULT_CONCURRENCY, "the Resend lane held batches"
         assert len(smtp_server.messages) == 200
         assert batch_sizes(server) == [100] * 6, "a claim per request slot: no request spent on a few rows"
+    finally:
+        server.stop()
+
+
+async def test_a_batching_lanes_single_sends_overlap_within_its_one_request_budget(
+        db_url: str, store: SqlStore, smtp_server: SmtpTestServer) -> None:
+    server = ProviderServer().start()
+    server.add_fault("slow", delay=0.05)  # every request lasts a while: requests side by side overlap
+    try:
+        options = resend_options(server, rate_per_second=1000, burst=100)
+        settings = settings_for(db_url, smtp_server, transports={"resend": options}, default_transport="resend")
+        singly = await insert(store, 40, prefix="att", attachments=ATTACHMENT)  # claimed first, in one batch's rows
+        await insert(store, 800, prefix="plain")
+        resend = CountedResend(ApiTransportSettings(**options), name="resend")
+        async with daemon_with(settings, {"resend": resend, "smtp": SmtpTransport(settings.smtp)}):
+            assert set((await settled(store, 840, timeout=60)).values()) == {"sent"}
+        budget = resend.max_parallel
+        assert resend.most_requests <= budget, "batch calls and single sends share the lane's request budget"
+        assert resend.most_singles > 1, "the rows that go singly are not sent one after another"
+        assert sorted(r.json()["to"][0] for r in server.sends("/emails")) == sorted(f"{k}@example.com" for k in singly)
+        assert sum(batch_sizes(server)) == 800
     finally:
         server.stop()

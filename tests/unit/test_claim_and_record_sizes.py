@@ -110,3 +110,25 @@ def test_a_busy_batching_lane_waits_for_a_whole_batch_of_room() -> None:
     inflight.hold(rows(1), 0.0)  # type: ignore[arg-type]
     assert c._worthwhile_claim("resend") == 100, "a claim per request slot: a batch at a time"
     assert c._worthwhile_claim() == 2, "the other lanes: a quarter of the rows they hold"
+
+
+def test_a_batching_lanes_rows_that_go_singly_count_a_request_each() -> None:
+    inflight = InFlight(8, 60.0, {"resend": 100})
+    claimed = rows(100)
+    inflight.hold(claimed, 0.0, ["resend"] * 100)  # type: ignore[arg-type]
+    assert inflight.room_on("resend") == 7 * 100
+    inflight.go_singly(claimed[:6])  # type: ignore[arg-type]  # attachments, say: found when composed
+    assert inflight.singly_on("resend") == 6
+    assert inflight.room_on("resend") == (8 - 6) * 100 - 94, "six requests of one row, one batch of 94"
+    inflight.go_singly(claimed[6:])  # type: ignore[arg-type]
+    assert inflight.room_on("resend") == 0, "a hundred single sends exceed the budget: no claim until they are done"
+
+
+def test_while_a_batching_lanes_rows_go_singly_a_few_rows_are_worth_a_claim() -> None:
+    c, _ = claimer(8, {"resend": Lane("resend", 4, batch_limit=100)})
+    c._inflight = inflight = InFlight(8, 60.0, {"resend": 100})
+    claimed = rows(3)
+    inflight.hold(claimed, 0.0, ["resend"] * 3)  # type: ignore[arg-type]
+    assert c._worthwhile_claim("resend") == 100
+    inflight.go_singly(claimed)  # type: ignore[arg-type]
+    assert c._worthwhile_claim("resend") == 2, "a row a request while some go singly: a quarter of 8"
