@@ -83,6 +83,8 @@ class Delivery:
     # the W3C traceparent the application enqueued it under (docs/tracing.md); None: not traced. As stored:
     # a value written past the INSERT's check is ignored by the tracing, never a reason to fail the row
     traceparent: str | None = None
+    # the size of its content as claimed (bytes; 0: not loaded), counted in what the daemon holds (inflight.py)
+    content_bytes: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -260,7 +260,8 @@ class Claimer:
         batch = await session.claim_due(claim.want, self.ctx.worker, paused=claim.leave_out,
                                         default_transport=self.ctx.default_transport,
                                         max_content_bytes=self.settings.max_message_bytes,
-                                        message_ids=self.ctx.message_ids)
+                                        message_ids=self.ctx.message_ids,
+                                        max_claim_bytes=self._inflight.content_room)
         self.last_claim_ok = monotonic()
         lanes = [self._lane_of(delivery) for delivery in batch]
         # held before anything else is awaited: a claim not yet in InFlight looks dead to this

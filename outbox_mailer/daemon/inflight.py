@@ -13,6 +13,13 @@ batching lane's row found to go singly (attachments, a pinned transport, ...:
 found when its batch is composed, :meth:`InFlight.go_singly`) is a request of
 its own from then on, so such rows leave room for fewer claims.
 
+The content of the rows held is bounded too: at most ``2 x concurrency``
+rows' worth of ``max_content_bytes``, what the rows held under lanes that send
+singly could load. A claim loads only what is left of it (:attr:`InFlight.content_room`,
+the claim's byte budget, store/queries.sql claim_due) plus at most one row, so
+the content held never exceeds ``(2 x concurrency + 1) x max_content_bytes``,
+however many rows a batching lane's requests carry.
+
 A held row's send may start only within its *start window*: the send must end
 (``START_MARGIN_SECONDS`` early) before the claim could be rescued, so a claim
 older than the rescue delay minus the send timeout and the margin is never
@@ -44,12 +51,16 @@ SINGLY = " singly"  # after a batching lane's name: its rows that go singly, a r
 
 class InFlight:
     def __init__(self, concurrency: int, rescue_after_seconds: float,
-                 rows_per_request: Mapping[str, int] | None = None) -> None:
+                 rows_per_request: Mapping[str, int] | None = None, max_content_bytes: int | None = None) -> None:
         self.concurrency = concurrency
         self.rescue_after = rescue_after_seconds
+        # the content held at most (None: unbounded), and held now
+        self.content_budget = None if max_content_bytes is None else 2 * concurrency * max_content_bytes
+        self.content_held = 0
         # rows one request carries, by lane: a batching lane's batch_limit; 1 for any other lane
         self._per_request = {lane: rows for lane, rows in (rows_per_request or {}).items() if rows > 1}
-        self._held: dict[int, tuple[str, float, str]] = {}  # row id -> (dedupe key, monotonic claim time, lane)
+        # row id -> (dedupe key, monotonic claim time, lane, content bytes)
+        self._held: dict[int, tuple[str, float, str, int]] = {}
         self._sending = 0
         self._sending_on: Counter[str] = Counter()  # rows sending, by lane
         self._held_on: Counter[str] = Counter()  # rows held, by lane
@@ -67,11 +78,18 @@ class InFlight:
 
     def room_on(self, lane: str) -> int:
         """Rows lane ``lane`` may be claimed now: what the requests left, of ``concurrency`` sending and
-        of twice that held, would carry on it, less the rows it has."""
+        of twice that held, would carry on it, less the rows it has; none once the content budget is spent."""
+        if self.content_room is not None and self.content_room <= 0:
+            return 0
         per_request = self._per_request.get(lane, 1)
         sending = (self.concurrency - self._requests(self._sending_on, lane)) * per_request - self._sending_on[lane]
         held = (2 * self.concurrency - self._requests(self._held_on, lane)) * per_request - self._held_on[lane]
         return max(0, min(sending, held))
+
+    @property
+    def content_room(self) -> int | None:
+        """Bytes of content a claim may still load (beyond its first row); None: no bound."""
+        return None if self.content_budget is None else self.content_budget - self.content_held
 
     def held_on(self, lane: str) -> int:
         """Rows held that were routed to lane ``lane``."""
@@ -95,7 +113,7 @@ class InFlight:
 
     def keys(self) -> list[str]:
         """Dedupe keys whose advisory locks are ours (re-taken after a reconnect)."""
-        return [key for key, _, _ in self._held.values()]
+        return [held[0] for held in self._held.values()]
 
     def start_window(self, send_timeout_seconds: float) -> float:
         """How long after its claim a send with this timeout may start."""
@@ -112,7 +130,8 @@ class InFlight:
         """Hold claimed rows, each counted on the lane it goes to (``lanes``, in order; none: NO_LANE)."""
         for i, delivery in enumerate(batch):
             lane = lanes[i] if lanes is not None else NO_LANE
-            self._held[delivery.id] = (delivery.dedupe_key, claimed_at, lane)
+            self._held[delivery.id] = (delivery.dedupe_key, claimed_at, lane, delivery.content_bytes)
+            self.content_held += delivery.content_bytes
             self._held_on[lane] += 1
             self._sending_on[lane] += 1
         self._sending += len(batch)
@@ -124,7 +143,7 @@ class InFlight:
             if held is None or held[2] not in self._per_request:
                 continue
             lane, singly = held[2], held[2] + SINGLY
-            self._held[delivery.id] = (held[0], held[1], singly)
+            self._held[delivery.id] = (held[0], held[1], singly, held[3])
             self._held_on[lane] -= 1
             self._held_on[singly] += 1
             self._sending_on[lane] -= 1
@@ -154,6 +173,7 @@ class InFlight:
         held = self._held.pop(row_id, None)
         if held is not None:
             self._held_on[held[2]] -= 1
+            self.content_held -= held[3]
 
     # -- signals ----------------------------------------------------------------
 

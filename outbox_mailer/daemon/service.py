@@ -104,7 +104,8 @@ class Daemon:
         self.lanes = {name: Lane(name, t.max_parallel, bt.batch_limit if (bt := batch_transport(t)) else 0)
                       for name, t in self.transports.items()}
         self.inflight = InFlight(settings.concurrency, settings.effective_rescue_after_seconds,
-                                 {name: lane.batch_limit for name, lane in self.lanes.items()})
+                                 {name: lane.batch_limit for name, lane in self.lanes.items()},
+                                 settings.max_message_bytes)
         self.liveness = Liveness(self.notifier, self._status_line, settings.debug_wedge_file)
         self._session_limits = SessionLimits(settings.database_timeout_seconds)
         self._db = DaemonSessions(self._url, on_notify=self.inflight.work_may_be_due, held_keys=self.inflight.keys,

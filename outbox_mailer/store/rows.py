@@ -120,6 +120,7 @@ def delivery_from_row(row: asyncpg.Record, max_content_bytes: int) -> Delivery:
         retry_recipients=retry_recipients, message_id=row["message_id"],
         pinned_transport=row["pinned_transport"], traceparent=row["traceparent"],
         listed=(*row["to_addresses"], *row["cc_addresses"], *row["bcc_addresses"]),
+        content_bytes=row["content_bytes"] or 0,
     )
 
 

@@ -6,7 +6,9 @@ every lane's rows held stay within the documented bound (``2 x CONCURRENCY`` req
 a request on a lane that sends singly), counted at every claim, and the SMTP lane's claims take no
 Resend rows that would go out in small batches. The rows of a batching lane that go singly (here:
 with attachments) are sent side by side, and every request of the lane, a batch call or a single
-send, takes a slot of the lane's one request budget (counted as the transport is called).
+send, takes a slot of the lane's one request budget (counted as the transport is called). The
+content held stays within ``(2 x CONCURRENCY + 1) x MAX_MESSAGE_BYTES`` however many rows a batch
+carries: a claim loads only what is left of it (plus one row), counted at every claim.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from outbox_mailer.daemon.service import Daemon
 from outbox_mailer.delivery import BatchOutcome, ComposedMessage, Delivery, Outcome, Transport
 from outbox_mailer.settings.config import Settings
 from outbox_mailer.settings.transports import ApiTransportSettings
-from outbox_mailer.store import OutcomeWrite
+from outbox_mailer.store import ClaimSession, OutcomeWrite
 from outbox_mailer.transports.api.http import HttpApiTransport
 from outbox_mailer.transports.smtp import SmtpTransport
 from tests.in_process_daemon import settings_for
@@ -44,10 +46,14 @@ class HeldAtClaims:
     def __init__(self) -> None:
         self.daemon: Daemon | None = None
         self.samples: list[dict[str, int]] = []
+        self.content: list[int] = []  # the content bytes held after each claim
+        self.claims: list[int] = []  # the rows each claim took
 
     def claimed(self, batch_size: int) -> None:
         assert self.daemon is not None
         self.samples.append({name: self.daemon.inflight.held_on(name) for name in self.daemon.lanes})
+        self.content.append(self.daemon.inflight.content_held)
+        self.claims.append(batch_size)
 
     def recorded(self, write: OutcomeWrite, applied: bool) -> None:
         pass
@@ -175,5 +181,40 @@ async def test_a_batching_lanes_single_sends_overlap_within_its_one_request_budg
         assert resend.most_singles > 1, "the rows that go singly are not sent one after another"
         assert sorted(r.json()["to"][0] for r in server.sends("/emails")) == sorted(f"{k}@example.com" for k in singly)
         assert sum(batch_sizes(server)) == 800
+    finally:
+        server.stop()
+
+
+async def test_a_claim_loads_rows_while_the_content_before_each_is_within_its_byte_budget(
+        db_url: str, store: SqlStore) -> None:
+    await insert(store, 10, prefix="big", html_body="repeat('x', 100000)")
+    session = await ClaimSession.open(db_url)
+    try:
+        first = await session.claim_due(10, "w", max_claim_bytes=250_000)
+        rest = await session.claim_due(10, "w")
+    finally:
+        await session.close()
+    assert [d.dedupe_key for d in first] == ["big1", "big2", "big3"], "200 KB loaded before the third: under 250 KB"
+    assert all(d.content_bytes > 100_000 for d in first)
+    assert len(rest) == 7, "the rows left out stay pending for the next claim"
+
+
+async def test_rows_held_for_a_batching_lane_stay_within_the_content_bound(
+        db_url: str, store: SqlStore, smtp_server: SmtpTestServer) -> None:
+    server = ProviderServer().start()
+    observer = HeldAtClaims()
+    limit = 200_000
+    try:
+        options = resend_options(server, rate_per_second=1000, burst=100)
+        settings = settings_for(db_url, smtp_server, transports={"resend": options}, default_transport="resend",
+                                max_message_bytes=limit)
+        await insert(store, 100, prefix="big", html_body="repeat('x', 100000)")
+        async with daemon_with(settings, {"resend": HttpApiTransport(ApiTransportSettings(**options), name="resend"),
+                                          "smtp": SmtpTransport(settings.smtp)}, observer):
+            assert set((await settled(store, 100, timeout=60)).values()) == {"sent"}
+        bound = (2 * DEFAULT_CONCURRENCY + 1) * limit
+        assert max(observer.content) <= bound, "the content held stays within (2 x CONCURRENCY + 1) rows' limit"
+        assert max(observer.claims) < 100, "a claim of large rows takes fewer rows"
+        assert sum(batch_sizes(server)) == 100
     finally:
         server.stop()

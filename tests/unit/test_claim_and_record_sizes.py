@@ -18,7 +18,7 @@ pytestmark = pytest.mark.anyio
 
 
 def rows(n: int, start: int = 0) -> list[SimpleNamespace]:
-    return [SimpleNamespace(id=start + i, dedupe_key=f"k{start + i}") for i in range(n)]
+    return [SimpleNamespace(id=start + i, dedupe_key=f"k{start + i}", content_bytes=0) for i in range(n)]
 
 
 def claimer(concurrency: int, lanes: dict[str, Lane], batch_size: int = 100) -> tuple[Claimer, InFlight]:
@@ -132,3 +132,14 @@ def test_while_a_batching_lanes_rows_go_singly_a_few_rows_are_worth_a_claim() ->
     assert c._worthwhile_claim("resend") == 100
     inflight.go_singly(claimed)  # type: ignore[arg-type]
     assert c._worthwhile_claim("resend") == 2, "a row a request while some go singly: a quarter of 8"
+
+
+def test_the_content_held_stops_the_claims_at_twice_concurrency_rows_of_the_size_limit() -> None:
+    inflight = InFlight(2, 60.0, {"resend": 100}, max_content_bytes=1000)
+    big = [SimpleNamespace(id=i, dedupe_key=f"k{i}", content_bytes=1500) for i in range(3)]
+    inflight.hold(big[:2], 0.0, ["resend"] * 2)  # type: ignore[arg-type]
+    assert inflight.content_room == 2 * 2 * 1000 - 3000 and inflight.room_on("resend") > 0
+    inflight.hold(big[2:], 0.0, ["resend"])  # type: ignore[arg-type]  # a claim's last row may pass the budget
+    assert inflight.room_on("resend") == inflight.room == 0, "the content budget is spent: no claim"
+    inflight.abandon(big[0])  # type: ignore[arg-type]
+    assert inflight.content_room == 1000 and inflight.room_on("resend") > 0
