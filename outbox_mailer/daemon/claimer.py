@@ -159,10 +159,12 @@ class Claimer:
 
     def _own_claims(self) -> list[str]:
         """The batching lanes that get a claim of their own this turn: open, with a worthwhile room in the
-        request budget, and not found empty since work was last due."""
+        request budget, less than a batch of rows waiting for their request to start, and not found empty
+        since work was last due."""
         now = monotonic()
         return [name for name, lane in self._lanes.items()
                 if lane.batch_limit > 1 and not self._gates[name].is_paused(now) and not self._came_back_short(name)
+                and self._inflight.waiting_on(name) < lane.batch_limit
                 and min(self._room(name, lane), self._inflight.room_on(name)) >= self._worthwhile_claim(name)]
 
     def _claim_of(self, name: str) -> Claim:

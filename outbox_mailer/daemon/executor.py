@@ -258,6 +258,7 @@ class Executor:
             return [Outcome.held_back(f"could not record the batch before its request: {exc}")] * len(members)
         if batch_id is None:
             return [Outcome.held_back("a member's claim was lost before the batch request")] * len(members)
+        self.ctx.inflight.started(members)
         return await transport.send_batch(messages, screened, key)
 
     async def _give_up(self, name: str, members: list[Delivery], messages: list[ComposedMessage],
@@ -302,6 +303,7 @@ class Executor:
             held_back = await record_carrier(self.ctx.ledger, delivery, route.name)
             if held_back is not None:
                 return held_back, message
+        self.ctx.inflight.started([delivery])
         return await transport.send(message, delivery), message
 
     def _may_start(self, delivery: Delivery, transport: Transport) -> bool:

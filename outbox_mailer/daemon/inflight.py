@@ -11,7 +11,11 @@ is what a lane may still be claimed under both bounds. With only lanes that
 send singly this is ``concurrency`` rows sending and twice that held. A
 batching lane's row found to go singly (attachments, a pinned transport, ...:
 found when its batch is composed, :meth:`InFlight.go_singly`) is a request of
-its own from then on, so such rows leave room for fewer claims.
+its own from then on, so such rows leave room for fewer claims. A batching
+lane's rows are *waiting* from their claim until their request starts (a
+batch's once it is recorded, executor.py): a daemon killed meanwhile leaves
+them with an unknown outcome, so the claim loop keeps at most about a batch of
+them per lane (:meth:`InFlight.waiting_on`).
 
 The content of the rows held is bounded too: at most ``2 x concurrency``
 rows' worth of ``max_content_bytes``, what the rows held under lanes that send
@@ -27,7 +31,8 @@ sent (:meth:`InFlight.start_left`).
 
 Two signals, both set from anywhere without waiting:
 
-* a slot freed (a send returned, an outcome was recorded, stopping);
+* a slot freed (a send returned or a batching lane's request started, an
+  outcome was recorded, stopping);
 * work may be due (a NOTIFY, a retry recorded, stopping), which ends the claim
   loop's idle wait.
 """
@@ -64,6 +69,8 @@ class InFlight:
         self._sending = 0
         self._sending_on: Counter[str] = Counter()  # rows sending, by lane
         self._held_on: Counter[str] = Counter()  # rows held, by lane
+        self._waiting: dict[int, str] = {}  # row id -> batching lane: claimed, its request not started yet
+        self._waiting_on: Counter[str] = Counter()
         self.notices = 0  # counts the signals that work may be due (a claim that found nothing may find some)
         self._slot_freed = anyio.Event()
         self._work_due = anyio.Event()
@@ -94,6 +101,10 @@ class InFlight:
     def held_on(self, lane: str) -> int:
         """Rows held that were routed to lane ``lane``."""
         return self._held_on[lane]
+
+    def waiting_on(self, lane: str) -> int:
+        """Rows of batching lane ``lane`` claimed whose request has not started."""
+        return self._waiting_on[lane]
 
     def singly_on(self, lane: str) -> int:
         """Rows of batching lane ``lane`` sending singly: a request each."""
@@ -134,7 +145,19 @@ class InFlight:
             self.content_held += delivery.content_bytes
             self._held_on[lane] += 1
             self._sending_on[lane] += 1
+            if lane in self._per_request:
+                self._waiting[delivery.id] = lane
+                self._waiting_on[lane] += 1
         self._sending += len(batch)
+
+    def started(self, batch: Sequence[Delivery]) -> None:
+        """The rows' request starts (a batch's recorded first): they no longer wait, and their lane may
+        be claimed for again."""
+        for delivery in batch:
+            lane = self._waiting.pop(delivery.id, None)
+            if lane is not None:
+                self._waiting_on[lane] -= 1
+                self._slot_freed.set()
 
     def go_singly(self, batch: Sequence[Delivery]) -> None:
         """Rows of a batching lane that go singly: each counts a request of its own from now on."""
@@ -152,6 +175,7 @@ class InFlight:
     def send_returned(self, delivery: Delivery) -> None:
         """The row's send returned (or never could start): its slot is free; the row stays held."""
         held = self._held.get(delivery.id)
+        self.started([delivery])
         self._sending -= 1
         self._sending_on[held[2] if held is not None else NO_LANE] -= 1
         self._slot_freed.set()

@@ -143,3 +143,16 @@ def test_the_content_held_stops_the_claims_at_twice_concurrency_rows_of_the_size
     assert inflight.room_on("resend") == inflight.room == 0, "the content budget is spent: no claim"
     inflight.abandon(big[0])  # type: ignore[arg-type]
     assert inflight.content_room == 1000 and inflight.room_on("resend") > 0
+
+
+def test_a_batching_lanes_rows_wait_from_their_claim_until_their_request_starts() -> None:
+    inflight = InFlight(8, 60.0, {"resend": 100})
+    claimed = rows(150)
+    inflight.hold(claimed, 0.0, ["resend"] * 150)  # type: ignore[arg-type]
+    inflight.hold(rows(3, start=1000), 0.0, ["smtp"] * 3)  # type: ignore[arg-type]
+    assert inflight.waiting_on("resend") == 150 and inflight.waiting_on("smtp") == 0
+    inflight.started(claimed[:100])  # type: ignore[arg-type]  # a batch recorded, its request under way
+    assert inflight.waiting_on("resend") == 50
+    for row in claimed[100:]:
+        inflight.send_returned(row)  # type: ignore[arg-type]  # never started: held back, say
+    assert inflight.waiting_on("resend") == 0
