@@ -175,7 +175,8 @@ class InFlight:
     def send_returned(self, delivery: Delivery) -> None:
         """The row's send returned (or never could start): its slot is free; the row stays held."""
         held = self._held.get(delivery.id)
-        self.started([delivery])
+        if delivery.id in self._waiting:  # it never started (held back, failed before its request)
+            self._waiting_on[self._waiting.pop(delivery.id)] -= 1
         self._sending -= 1
         self._sending_on[held[2] if held is not None else NO_LANE] -= 1
         self._slot_freed.set()
