@@ -79,9 +79,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                          "(default 6, quick 1.5)")
     ap.add_argument("--api-seconds", type=float, default=0.0,
                     help="length of each API window, singly and batched (default 20, quick 6)")
-    ap.add_argument("--api-concurrency", type=int, default=200,
-                    help="API run: OUTBOX_MAILER_CONCURRENCY, rows held claimed (default 200: two 100-email "
-                         "batches' worth; 0: the daemon's default)")
+    ap.add_argument("--api-concurrency", type=int, default=0,
+                    help="API run: OUTBOX_MAILER_CONCURRENCY, requests in flight (default 0: the daemon's "
+                         "default, as a user who sets nothing)")
     ap.add_argument("--only", default="", help="comma list of: " + ",".join(PARTS))
     ap.add_argument("--statements", action="store_true",
                     help="realistic: count each window's statements by kind (pg_stat_statements on meanwhile)")

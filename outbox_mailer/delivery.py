@@ -110,6 +110,8 @@ class Delivery:
     # the provider's own template it names, sent in that provider's fields (subject and bodies stay empty); only a
     # transport whose kind renders provider templates may carry it (providers/registry.py)
     provider_template: ProviderTemplate | None = None
+    # the size of its content as claimed (bytes; 0: not loaded), counted in what the daemon holds (inflight.py)
+    content_bytes: int = 0
 
 
 @dataclass(frozen=True, slots=True)

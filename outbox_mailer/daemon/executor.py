@@ -18,7 +18,9 @@ ambiguous, given up so that a rescuer resends it whole). Decisions are
 of a fallback or of a batch before its request (``BatchLedger``, context.py).
 
 Batches (a transport with a batch endpoint, :meth:`carry_batch`): each member is
-composed on its own; members the transport cannot batch go singly; the batch is
+composed on its own; members the transport cannot batch go singly, side by side
+with the batch and with each other, every request (the batch call, each single
+send) in a slot of the lane's one request budget (lanes.py); the batch is
 admitted once (a rate limit counts requests), recorded with its key, sent, and
 each member's answer becomes its own outcome. A member whose claim grew too old
 to start a send (before or while the batch waited for admission) is left out of
@@ -40,6 +42,7 @@ from collections.abc import Sequence
 from datetime import datetime
 
 import anyio
+from anyio.abc import TaskGroup
 
 from ..delivery import (
     BatchOutcome,
@@ -120,15 +123,21 @@ class Executor:
 
     # -- batches ------------------------------------------------------------------
 
-    async def carry_batch(self, deliveries: list[Delivery], name: str | None = None) -> None:
+    async def carry_batch(self, deliveries: list[Delivery], name: str | None = None,
+                          requests: anyio.CapacityLimiter | None = None) -> None:
         """Send rows queued together on a batching transport's lane (a lane's worker calls this, with
-        its transport's ``name``: a row routed there while its own transport was paused may name another)."""
+        its transport's ``name``: a row routed there while its own transport was paused may name another,
+        and the lane's request budget ``requests``; none: one request at a time). The batch call and each
+        row that goes singly are requests side by side, each holding a slot of ``requests`` while it is
+        admitted and made."""
         name = name or self.ctx.route(deliveries[0])
+        requests = requests or anyio.CapacityLimiter(1)
         transport = batch_transport(self.ctx.transports[name])
         started = self.ctx.clock()
         members: list[Delivery] = []
         screened: list[Delivery] = []  # as the request carries them: suppressed recipients left out
         messages: list[ComposedMessage] = []
+        singles: list[tuple[Delivery, ComposedMessage]] = []
         for delivery in deliveries:
             prepared = await self.ctx.preparation.screened(delivery, started, name)
             if isinstance(prepared, Outcome):
@@ -141,28 +150,56 @@ class Executor:
                 screened.append(prepared[0])
                 messages.append(prepared[1])
             else:
-                await self.carry(delivery, prepared[1], name=name)
+                singles.append((delivery, prepared[1]))
         # a request never mixes rows that name a provider's template with rows that do not (Postmark: two endpoints)
+        batches: list[list[int]] = []
         for templated in (False, True):
-            group = [i for i, d in enumerate(members) if (d.provider_template is not None) is templated]
-            await self._carry_together(name, transport, [members[i] for i in group], [messages[i] for i in group],
-                                       started, [screened[i] for i in group])
+            together = [i for i, d in enumerate(members) if (d.provider_template is not None) is templated]
+            if transport is None or len(together) == 1 or not self.ctx.gates[name].fits_one_request(
+                    sum(len(messages[i].recipients) for i in together)):
+                singles += [(members[i], messages[i]) for i in together]
+            elif together:
+                batches.append(together)
+        async with anyio.create_task_group() as group:
+            self._carry_singly(group, singles, name, requests)
+            for together in batches:
+                assert transport is not None  # a batch was formed only with a batch endpoint
+                again = await self._send_batch(name, transport, [members[i] for i in together],
+                                               [messages[i] for i in together], started,
+                                               [screened[i] for i in together], requests)
+                self._carry_singly(group, again, name, requests)
 
-    async def _carry_together(self, name: str, transport: BatchTransport | None, members: list[Delivery],
-                              messages: list[ComposedMessage], started: datetime, screened: list[Delivery]) -> None:
-        """Members that may share a request: in one batch, or each singly when a batch would not do."""
-        if transport is None or len(members) == 1 or not self.ctx.gates[name].fits_one_request(
-                sum(len(m.recipients) for m in messages)):
-            for delivery, message in zip(members, messages, strict=True):
-                await self.carry(delivery, message, name=name)
-        elif members:
-            await self._send_batch(name, transport, members, messages, started, screened)
+    def _carry_singly(self, group: TaskGroup, singles: list[tuple[Delivery, ComposedMessage]],
+                      name: str, requests: anyio.CapacityLimiter) -> None:
+        """Start the rows of a batching lane's group that go singly, each a request of its own (counted as
+        one from now on, inflight.py)."""
+        self.ctx.inflight.go_singly([delivery for delivery, _ in singles])
+        for delivery, message in singles:
+            group.start_soon(self._carry_in_slot, delivery, message, name, requests)
+
+    async def _carry_in_slot(self, delivery: Delivery, message: ComposedMessage, name: str,
+                             requests: anyio.CapacityLimiter) -> None:
+        """A batching lane's row that goes singly: one request, in a slot of the lane's budget (cut off by
+        the shutdown while waiting for one, it was never attempted: it goes back untried)."""
+        try:
+            await requests.acquire()
+        except anyio.get_cancelled_exc_class():
+            self.give_back(delivery)
+            raise
+        try:
+            await self.carry(delivery, message, name=name)
+        finally:
+            requests.release()
 
     async def _send_batch(self, name: str, transport: BatchTransport, members: list[Delivery],
-                          messages: list[ComposedMessage], started: datetime, screened: list[Delivery]) -> None:
+                          messages: list[ComposedMessage], started: datetime, screened: list[Delivery],
+                          requests: anyio.CapacityLimiter) -> list[tuple[Delivery, ComposedMessage]]:
+        """The batch request, in a slot of ``requests``, and each member's answer; returns the members the
+        provider did not judge, to be sent singly."""
         span = None if self.ctx.tracing is None else self.ctx.tracing.batch(members, name)
         try:
-            results = await self._request_batch(name, transport, members, messages, screened)
+            async with requests:
+                results = await self._request_batch(name, transport, members, messages, screened)
         except anyio.get_cancelled_exc_class():
             log.warning("abandoned %d batch members: cancelled during the send", len(members))
             for delivery in members:
@@ -184,13 +221,15 @@ class Executor:
         if any(resend_whole(results[i], self.ctx.clock()) for i in going):
             await self._give_up(name, [members[i] for i in going], [messages[i] for i in going],
                                 [results[i] for i in going], started)
-            return
+            return []
+        again = []
         for i in going:
             result = results[i]
             if isinstance(result, SendSingly):
-                await self.carry(members[i], messages[i], name=name)
+                again.append((members[i], messages[i]))
             else:
                 self._finish(members[i], routes[i], started, routes[i].gate.observe(result), messages[i].message_id)
+        return again
 
     async def _request_batch(self, name: str, transport: BatchTransport, members: list[Delivery],
                              messages: list[ComposedMessage], screened: list[Delivery]) -> list[BatchOutcome]:
@@ -227,6 +266,7 @@ class Executor:
             return [Outcome.held_back(f"could not record the batch before its request: {exc}")] * len(members)
         if batch_id is None:
             return [Outcome.held_back("a member's claim was lost before the batch request")] * len(members)
+        self.ctx.inflight.started(members)
         return await transport.send_batch(messages, screened, key)
 
     async def _give_up(self, name: str, members: list[Delivery], messages: list[ComposedMessage],
@@ -271,6 +311,7 @@ class Executor:
             held_back = await record_carrier(self.ctx.ledger, delivery, route.name)
             if held_back is not None:
                 return held_back, message
+        self.ctx.inflight.started([delivery])
         return await transport.send(message, delivery), message
 
     def _may_start(self, delivery: Delivery, transport: Transport) -> bool:
@@ -280,5 +321,5 @@ class Executor:
     def _finish(self, delivery: Delivery, where: Route | str, started: datetime, outcome: Outcome,
                 message_id: str | None = None) -> None:
         """Decide, and hand the write to the recorder (never waits: nothing can cancel the hand-over)."""
-        self.ctx.inflight.send_returned()
+        self.ctx.inflight.send_returned(delivery)
         self.ctx.recorder.submit(self.ctx.write(delivery, where, started, outcome, message_id))

@@ -10,7 +10,13 @@ What a worker does with a row is the executor's business (executor.py).
 
 A lane of a transport that sends batches (``batch_limit`` > 1: a provider's
 batch endpoint) hands each worker up to ``batch_limit`` queued rows at once,
-and has room for a full batch per worker.
+and has room for a full batch per worker: each worker's batch is one request
+of the daemon's ``concurrency`` (inflight.py), so the claim loop fills it. Its
+rows that go singly (attachments, a pinned transport, ...) are found only once
+a worker composes its batch; they are sent side by side (executor.py). So that
+requests in flight stay bounded all the same, every request of such a lane, a
+batch call or a single send, holds a slot of its one request budget
+(:attr:`Lane.requests`, ``max_parallel`` slots) while it is admitted and made.
 
 A transport with a shared rate can start only so many requests before a claim
 grows too old to start its send: :meth:`Lane.room_within` is the room those
@@ -39,6 +45,7 @@ class Lane:
         self._idle: list[anyio.Event] = []  # one event per worker waiting for a row
         self._busy = 0  # rows being handled
         self._working = 0  # workers handling a row or a batch: a request each, made or to come
+        self.requests = anyio.CapacityLimiter(self.workers)  # a batching lane's requests in flight (one each)
 
     @property
     def room(self) -> int:
@@ -48,14 +55,23 @@ class Lane:
         worker is busy (a claim of one or two rows costs as much as one of
         twenty), yet a claim ages by at most a few sends before its row starts
         (the executor refuses to start it if that ever comes near the rescue
-        delay). The daemon's ``concurrency`` bounds the total.
-        """
-        return self.capacity - self._busy - len(self._queue)
+        delay). The daemon's ``concurrency``, in requests (inflight.py), bounds the total.
 
-    def room_within(self, requests: int) -> int:
+        A batching lane takes a batch for each free slot of its request budget, less the rows queued:
+        rows claimed beyond the requests that can start would only wait (and a row whose daemon dies
+        before its request is recorded has an unknown outcome).
+        """
+        room = self.capacity - self._busy - len(self._queue)
+        if self.batch_limit == 1:
+            return room
+        return max(0, min(room, int(self.requests.available_tokens) * self.batch_limit - len(self._queue)))
+
+    def room_within(self, requests: int, rows_per_request: int | None = None) -> int:
         """Rows this lane can take that ``requests`` requests would carry, besides the rows it holds (a
-        request for each busy worker, and one for every ``batch_limit`` rows queued)."""
-        return max(0, min(self.room, (requests - self._working) * self.batch_limit - len(self._queue)))
+        request for each busy worker, and one for every ``rows_per_request`` rows queued: its
+        ``batch_limit`` unless told)."""
+        per_request = rows_per_request or self.batch_limit
+        return max(0, min(self.room, (requests - self._working) * per_request - len(self._queue)))
 
     @property
     def capacity(self) -> int:
@@ -81,7 +97,7 @@ class Lane:
         while True:
             handled = 0
             while self._queue:
-                if handle_batch is not None and self.batch_limit > 1 and len(self._queue) > 1:
+                if handle_batch is not None and self.batch_limit > 1:  # even one row: its request takes a slot
                     rows = [self._queue.popleft() for _ in range(min(self.batch_limit, len(self._queue)))]
                     self._busy += len(rows)
                     self._working += 1

@@ -102,7 +102,11 @@ class Daemon:
         self.notifier = notifier or SystemdNotifier({})
         self._url = settings.require_database_url()
         self._stopping = anyio.Event()
-        self.inflight = InFlight(settings.concurrency, settings.effective_rescue_after_seconds)
+        self.lanes = {name: Lane(name, t.max_parallel, bt.batch_limit if (bt := batch_transport(t)) else 0)
+                      for name, t in self.transports.items()}
+        self.inflight = InFlight(settings.concurrency, settings.effective_rescue_after_seconds,
+                                 {name: lane.batch_limit for name, lane in self.lanes.items()},
+                                 settings.max_message_bytes)
         self.liveness = Liveness(self.notifier, self._status_line, settings.debug_wedge_file)
         self._session_limits = SessionLimits(settings.database_timeout_seconds)
         self._db = DaemonSessions(self._url, on_notify=self.inflight.work_may_be_due, held_keys=self.inflight.keys,
@@ -112,8 +116,6 @@ class Daemon:
                                  suppress_bad_mailboxes=settings.suppression.automatic)
         self._limits = LimitStore(self._url)  # connects only when a transport has a limit
         self.gates = build_gates(settings, self.transports, self._limits)
-        self.lanes = {name: Lane(name, t.max_parallel, bt.batch_limit if (bt := batch_transport(t)) else 0)
-                      for name, t in self.transports.items()}
         self.templates = TemplateSources(self._url, settings.templates.cache_size, self._session_limits)
         self.context = DaemonContext(settings, self.transports, self.gates, self.inflight, self.recorder,
                                      worker=self.worker, default_transport=default_transport, ledger=self._db,
@@ -176,7 +178,8 @@ class Daemon:
                         for lane in self.lanes.values():
                             for _ in range(lane.workers):
                                 sends.start_soon(lane.serve, functools.partial(self.executor.carry, name=lane.name),
-                                                 functools.partial(self.executor.carry_batch, name=lane.name))
+                                                 functools.partial(self.executor.carry_batch, name=lane.name,
+                                                                   requests=lane.requests))
                         await self.claimer.run()
                         await self._drain(sends)
                     for lane in self.lanes.values():

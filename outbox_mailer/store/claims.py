@@ -87,9 +87,12 @@ class ClaimSession(RescueQueries):
     async def claim_due(
         self, limit: int, worker: str, *, paused: Sequence[str] = (), default_transport: str = "smtp",
         max_content_bytes: int = 10 * 1024 * 1024, message_ids: MessageIdKey = DEFAULT_KEY,
+        max_claim_bytes: int | None = None,
     ) -> list[Delivery]:
         """Claim due rows, writing the Message-ID of each first claimed (message_ids.py); a row
-        that cannot be read comes back with ``defect`` set (see rows.py)."""
+        that cannot be read comes back with ``defect`` set (see rows.py). With ``max_claim_bytes``,
+        rows are taken while the content loaded before each comes to less (the first always): the
+        claim loads at most that plus one row's ``max_content_bytes``."""
         token = uuid.uuid4()
         async with self._lock:
             self._idle = False
@@ -98,7 +101,7 @@ class ClaimSession(RescueQueries):
             with translate_errors():
                 rows = await self._conn.fetch(sql("claim_due"), limit, token, worker, list(paused), default_transport,
                                               unlock, max_content_bytes, message_ids.inner_pad, message_ids.outer_pad,
-                                              message_ids.default_from, message_ids.fallback_domain)
+                                              message_ids.default_from, message_ids.fallback_domain, max_claim_bytes)
                 return await screened(self._conn, rows, max_content_bytes)
 
     async def go_idle(self) -> int:

@@ -91,7 +91,7 @@ CASE WHEN
 -- include: screen_suppressions
 
 -- name: claim_due
--- First release this session's advisory locks of keys $6 (outcomes committed earlier; a key held twice appears twice), then claim up to $1 due rows of email_queue for worker $3 with claim token $2, taking the per-key advisory lock of each; rows whose transport (null = $5) is in $4 (paused) are left alone. The queue row is marked claimed and the email_deliveries row becomes 'sending' (a HOT update: no index of email_deliveries covers a column this changes); its first claim writes its Message-ID (key $8 to $11: fragment first_message_id). The content of a row larger than $7 bytes is not returned (the daemon fails it unread); timestamps come as epoch seconds and JSON as text, so that no value can break the decoding of the whole batch.
+-- First release this session's advisory locks of keys $6 (outcomes committed earlier; a key held twice appears twice), then claim up to $1 due rows of email_queue for worker $3 with claim token $2, taking the per-key advisory lock of each; rows whose transport (null = $5) is in $4 (paused) are left alone; with $12 not null, a row is taken only while the content loaded for the rows before it (in id order) comes to less than $12 bytes (the first always). The queue row is marked claimed and the email_deliveries row becomes 'sending' (a HOT update: no index of email_deliveries covers a column this changes); its first claim writes its Message-ID (key $8 to $11: fragment first_message_id). The content of a row larger than $7 bytes is not returned (the daemon fails it unread); timestamps come as epoch seconds and JSON as text, so that no value can break the decoding of the whole batch.
 WITH released AS (
     -- referenced below as a one-time filter, so it runs once, before any row is locked
     SELECT count(*) FILTER (WHERE pg_advisory_unlock(outbox_mailer_lock_key(k))) AS n
@@ -111,12 +111,23 @@ WITH released AS (
     -- the email_deliveries rows locked too: an operator's cancel of the same row waits, or is
     -- skipped, instead of deadlocking; = ANY(ARRAY(...)) rather than a join, here and below, so
     -- that no row estimate can plan a scan of the table
-    SELECT d.id AS delivery_id, outbox_mailer_lock_key(d.dedupe_key) AS lock_key
+    SELECT d.id AS delivery_id, outbox_mailer_lock_key(d.dedupe_key) AS lock_key,
+        -- the content the row loads: none above $7 (it is left out)
+        CASE WHEN (
+            -- include: content_size
+        ) <= $7 THEN (
+            -- include: content_size
+        ) ELSE 0 END AS loaded
     FROM email_deliveries d
     WHERE d.id = ANY (ARRAY(SELECT delivery_id FROM waiting)) AND d.status = 'pending'
     FOR NO KEY UPDATE OF d SKIP LOCKED
+), sized AS (
+    SELECT delivery_id, lock_key, sum(loaded) OVER (ORDER BY delivery_id) - loaded AS loaded_before
+    FROM candidates
 ), locked AS (
-    SELECT delivery_id FROM candidates WHERE pg_try_advisory_lock(lock_key)
+    -- the claim's byte budget first (CASE: no lock is taken for a row left out)
+    SELECT delivery_id FROM sized
+    WHERE CASE WHEN $12::bigint IS NULL OR loaded_before < $12 THEN pg_try_advisory_lock(lock_key) ELSE false END
 ), queued AS (
     UPDATE email_queue q SET claimed_at = now() WHERE q.delivery_id = ANY (ARRAY(SELECT delivery_id FROM locked))
 ), claimed AS (

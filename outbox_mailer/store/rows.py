@@ -127,7 +127,7 @@ def delivery_from_row(row: asyncpg.Record, max_content_bytes: int) -> Delivery:
         pinned_transport=row["pinned_transport"], traceparent=row["traceparent"],
         unsubscribe_category=row.get("unsubscribe_category"),  # the claim returns it (schema 28)
         listed=(*row["to_addresses"], *row["cc_addresses"], *row["bcc_addresses"]), template=named,
-        provider_template=provider,
+        provider_template=provider, content_bytes=row["content_bytes"] or 0,
     )
 
 

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.anyio
 
 
 def rows(n: int, start: int = 0) -> list[SimpleNamespace]:
-    return [SimpleNamespace(id=start + i, dedupe_key=f"k{start + i}") for i in range(n)]
+    return [SimpleNamespace(id=start + i, dedupe_key=f"k{start + i}", content_bytes=0) for i in range(n)]
 
 
 def claimer(concurrency: int, lanes: dict[str, Lane], batch_size: int = 100) -> tuple[Claimer, InFlight]:
@@ -95,3 +95,76 @@ async def test_gathering_stops_at_its_count_or_its_time() -> None:
     started = anyio.current_time()
     assert await r._gather("alone") == ["alone"]  # type: ignore[arg-type]
     assert GATHER_SECONDS * 0.8 <= anyio.current_time() - started < GATHER_SECONDS * 10
+
+
+def test_a_batching_lanes_rows_count_one_request_per_batch_limit() -> None:
+    inflight = InFlight(8, 60.0, {"resend": 100, "smtp": 1})
+    inflight.hold(rows(150), 0.0, ["resend"] * 150)  # type: ignore[arg-type]
+    assert inflight.room_on("resend") == 8 * 100 - 150, "the lane may fill the budget's requests with rows"
+    assert inflight.room == inflight.room_on("smtp") == 8 - 2, "150 rows of a batching lane are two requests"
+    inflight.hold(rows(6, start=1000), 0.0, ["smtp"] * 6)  # type: ignore[arg-type]
+    assert inflight.room_on("smtp") == 0 and inflight.room_on("resend") == (8 - 6) * 100 - 150
+
+
+def test_rows_whose_sends_returned_stay_held_within_twice_the_budget() -> None:
+    inflight = InFlight(2, 60.0, {"resend": 100})
+    claimed = rows(200)
+    inflight.hold(claimed, 0.0, ["resend"] * 200)  # type: ignore[arg-type]
+    assert inflight.room_on("resend") == 0, "two requests of a hundred: the sending budget is spent"
+    for row in claimed:
+        inflight.send_returned(row)  # type: ignore[arg-type]  # outcomes not recorded yet
+    assert inflight.room_on("resend") == 200 and inflight.held_on("resend") == 200, \
+        "held rows (outcomes waiting for the recorder) count against twice the budget"
+
+
+def test_a_busy_batching_lane_waits_for_a_whole_batch_of_room() -> None:
+    c, inflight = claimer(8, {"resend": Lane("resend", 4, batch_limit=100), "smtp": Lane("smtp", 4)})
+    inflight.hold(rows(1), 0.0)  # type: ignore[arg-type]
+    assert c._worthwhile_claim("resend") == 100, "a claim per request slot: a batch at a time"
+    assert c._worthwhile_claim() == 2, "the other lanes: a quarter of the rows they hold"
+
+
+def test_a_batching_lanes_rows_that_go_singly_count_a_request_each() -> None:
+    inflight = InFlight(8, 60.0, {"resend": 100})
+    claimed = rows(100)
+    inflight.hold(claimed, 0.0, ["resend"] * 100)  # type: ignore[arg-type]
+    assert inflight.room_on("resend") == 7 * 100
+    inflight.go_singly(claimed[:6])  # type: ignore[arg-type]  # attachments, say: found when composed
+    assert inflight.singly_on("resend") == 6
+    assert inflight.room_on("resend") == (8 - 6) * 100 - 94, "six requests of one row, one batch of 94"
+    inflight.go_singly(claimed[6:])  # type: ignore[arg-type]
+    assert inflight.room_on("resend") == 0, "a hundred single sends exceed the budget: no claim until they are done"
+
+
+def test_while_a_batching_lanes_rows_go_singly_a_few_rows_are_worth_a_claim() -> None:
+    c, _ = claimer(8, {"resend": Lane("resend", 4, batch_limit=100)})
+    c._inflight = inflight = InFlight(8, 60.0, {"resend": 100})
+    claimed = rows(3)
+    inflight.hold(claimed, 0.0, ["resend"] * 3)  # type: ignore[arg-type]
+    assert c._worthwhile_claim("resend") == 100
+    inflight.go_singly(claimed)  # type: ignore[arg-type]
+    assert c._worthwhile_claim("resend") == 2, "a row a request while some go singly: a quarter of 8"
+
+
+def test_the_content_held_stops_the_claims_at_twice_concurrency_rows_of_the_size_limit() -> None:
+    inflight = InFlight(2, 60.0, {"resend": 100}, max_content_bytes=1000)
+    big = [SimpleNamespace(id=i, dedupe_key=f"k{i}", content_bytes=1500) for i in range(3)]
+    inflight.hold(big[:2], 0.0, ["resend"] * 2)  # type: ignore[arg-type]
+    assert inflight.content_room == 2 * 2 * 1000 - 3000 and inflight.room_on("resend") > 0
+    inflight.hold(big[2:], 0.0, ["resend"])  # type: ignore[arg-type]  # a claim's last row may pass the budget
+    assert inflight.room_on("resend") == inflight.room == 0, "the content budget is spent: no claim"
+    inflight.abandon(big[0])  # type: ignore[arg-type]
+    assert inflight.content_room == 1000 and inflight.room_on("resend") > 0
+
+
+def test_a_batching_lanes_rows_wait_from_their_claim_until_their_request_starts() -> None:
+    inflight = InFlight(8, 60.0, {"resend": 100})
+    claimed = rows(150)
+    inflight.hold(claimed, 0.0, ["resend"] * 150)  # type: ignore[arg-type]
+    inflight.hold(rows(3, start=1000), 0.0, ["smtp"] * 3)  # type: ignore[arg-type]
+    assert inflight.waiting_on("resend") == 150 and inflight.waiting_on("smtp") == 0
+    inflight.started(claimed[:100])  # type: ignore[arg-type]  # a batch recorded, its request under way
+    assert inflight.waiting_on("resend") == 50
+    for row in claimed[100:]:
+        inflight.send_returned(row)  # type: ignore[arg-type]  # never started: held back, say
+    assert inflight.waiting_on("resend") == 0

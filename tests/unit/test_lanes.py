@@ -76,3 +76,17 @@ async def test_room_within_requests_counts_a_request_per_busy_worker_and_per_bat
         await started.wait()  # one worker holds a batch of 100: one request in hand, 50 rows queued
         assert lane.room_within(2) == 50 and lane.room_within(3) == 150
         tg.cancel_scope.cancel()
+
+
+async def test_a_batching_lane_has_room_for_a_batch_per_free_request_slot() -> None:
+    lane = Lane("resend", workers=4, batch_limit=100)
+    assert lane.room == 400
+    for row in range(150):
+        lane.submit(row)  # type: ignore[arg-type]
+    assert lane.room == 250
+    requests = [object() for _ in range(4)]  # requests under way, rows sent singly say: a slot each
+    lane.requests.acquire_on_behalf_of_nowait(requests[0])
+    assert lane.room == 150, "three free slots carry three batches, less the rows queued"
+    for request in requests[1:]:
+        lane.requests.acquire_on_behalf_of_nowait(request)
+    assert lane.room == 0, "no slot free: rows claimed now would only wait"
