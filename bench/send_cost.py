@@ -5,8 +5,8 @@ Usage: python bench/send_cost.py [--emails N] [--compose-only] [--callgrind]
 It starts Postfix's smtp-sink on 127.0.0.1 (killed by PID at the end) and, in one process,
 composes the core run's email (bench/common.py: text and HTML bodies, the configured default
 sender, a recipient never seen before for each email) and sends it with the daemon's
-SmtpTransport (8 connections, 32 sends in flight, pipelined), as `outbox-mailer run` does
-between a claim and its outcome write. ``--compose-only`` composes and sends nothing.
+SmtpTransport (8 connections, a worker for each as the daemon's lane has, pipelined), as
+`outbox-mailer run` does between a claim and its outcome write. ``--compose-only`` composes and sends nothing.
 
 It prints the process's CPU time per email (user + system, ``time.process_time()``: the
 kernel's socket work included; it moves with the neighbours' load). ``--callgrind`` prints
@@ -44,7 +44,7 @@ from bootstrap import ensure_smtp_sink  # noqa: E402
 from processes import PY, SmtpSink  # noqa: E402
 
 NOW = datetime(2026, 5, 1, 12, 30, tzinfo=UTC)
-IN_FLIGHT = 32
+IN_FLIGHT = 8  # as a lane of the daemon: one worker per connection (transport.max_parallel)
 CALLGRIND_EMAILS = (200, 1_200)
 
 
