@@ -78,6 +78,11 @@ def smtp_rows(cfg, g) -> list[tuple[str, ...]]:
     if cpu:
         rows.append(("Daemon CPU per email through SMTP to smtp-sink (user + system)",
                      "; ".join(f"{label} {value:.0f} µs" for label, value in cpu), "", "", "reported", ""))
+    daemons_cpu, raw_cpu = g("smtp2_cpu_us"), g("raw2_cpu_us")
+    if daemons_cpu is not None and raw_cpu is not None:
+        rows.append(("CPU per email through SMTP, 2 daemon processes (both, user + system)", f"{daemons_cpu:.0f} µs",
+                     f"raw sender, 2 processes (both), per message: {raw_cpu:.0f} µs", f"{daemons_cpu / raw_cpu:.2f}x",
+                     "≤ 1.2x", mark(daemons_cpu / raw_cpu <= 1.2)))
     return rows
 
 

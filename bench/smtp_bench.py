@@ -40,13 +40,15 @@ async def smtp_daemon_rep(db: Db, prefix: str, rows: int, daemons: Daemons | Non
     return rows / (await db.last_update(prefix) - start)
 
 
-async def raw_rep(sink: SmtpSink, messages: int, connections: int, processes: int) -> float:
+async def raw_rep(sink: SmtpSink, messages: int, connections: int, processes: int) -> tuple[float, float]:
+    """The raw sender's rate and its CPU per message in µs (its processes' CPU summed, as the daemons')."""
     per = messages // processes
     go_at = time.time() + 1.0  # every process connected and ready by then
     outs = await asyncio.gather(*(run_worker(["raw_smtp.py", str(sink.port), str(per),
                                               str(connections // processes), str(go_at)])
                                   for _ in range(processes)))
-    return per * processes / (max(o["end"] for o in outs) - min(o["start"] for o in outs))
+    rate = per * processes / (max(o["end"] for o in outs) - min(o["start"] for o in outs))
+    return rate, 1e6 * sum(float(o["cpu_seconds"]) for o in outs) / (per * processes)
 
 
 async def measure_smtp(db: Db, cfg: Config, res: Results, sink: SmtpSink, workdir: Path) -> None:
@@ -84,16 +86,18 @@ async def measure_smtp(db: Db, cfg: Config, res: Results, sink: SmtpSink, workdi
     with Daemons(db, cfg, sink.port, 2, cfg.pool_two, "smtp2", workdir) as daemons:
         warm = await smtp_daemon_rep(db, "smtp2-warm-", 2_000)
         rows = sized(warm, cfg, 2_000, 40_000)
-        raw_warm = await raw_rep(sink, 2_000, conns, 1)
+        raw_warm, _ = await raw_rep(sink, 2_000, conns, 1)
         raw_rows = sized(raw_warm, cfg, 2_000, 40_000)
-        twos, raws, raws2 = [], [], []
+        twos, raws, raws2, raw_cpu, raw2_cpu = [], [], [], [], []
         for i in range(cfg.reps):
             twos.append(await smtp_daemon_rep(db, f"smtp2-{i}-", rows, daemons))
-            raws.append(await raw_rep(sink, raw_rows, conns, 1))
-            raws2.append(await raw_rep(sink, raw_rows, conns, 2))
+            for rates, cpus, processes in ((raws, raw_cpu, 1), (raws2, raw2_cpu, 2)):
+                rate, cpu_us = await raw_rep(sink, raw_rows, conns, processes)
+                rates.append(rate)
+                cpus.append(cpu_us)
             log(f"  round {i + 1}: 2 daemons {twos[-1]:,.0f}/s ({rows:,} emails, {daemons.cpu_us[-1]:.0f} µs CPU/email); "
-                f"raw 1 process {raws[-1]:,.0f}/s, "
-                f"2 processes {raws2[-1]:,.0f}/s ({raw_rows:,} emails)")
+                f"raw 1 process {raws[-1]:,.0f}/s ({raw_cpu[-1]:.0f} µs CPU/message), "
+                f"2 processes {raws2[-1]:,.0f}/s ({raw2_cpu[-1]:.0f} µs) ({raw_rows:,} emails)")
     failed = await db.conn.fetchval("SELECT count(*) FROM email_deliveries WHERE status <> 'sent'")
     if failed:
         res.notes.append(f"SMTP: {failed} rows not sent")
@@ -105,6 +109,8 @@ async def measure_smtp(db: Db, cfg: Config, res: Results, sink: SmtpSink, workdi
     res.put("raw_rates", raws)
     res.put("raw2_rate", median(raws2))
     res.put("raw2_rates", raws2)
+    res.put("raw_cpu_us", median(raw_cpu))
+    res.put("raw2_cpu_us", median(raw2_cpu))
 
 
 LATENCY_INSERT = """

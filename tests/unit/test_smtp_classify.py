@@ -13,6 +13,7 @@ import pytest
 from aiosmtplib.protocol import PERIOD_REGEX, normalize_message_line_endings
 
 from outbox_mailer.delivery import ComposedMessage, Outcome, OutcomeKind, RefusedRecipient
+from outbox_mailer.providers.seam import one_line
 from outbox_mailer.transports.smtp.envelope import envelope_problem
 from outbox_mailer.transports.smtp.replies import (
     accepted,
@@ -360,3 +361,13 @@ def test_with_refused_lists_every_refusal_in_the_error() -> None:
         "<c@example.com>: may have been accepted (DATA: timed out)"
     )
     assert with_refused(first, []).error is None
+
+
+@pytest.mark.parametrize(
+    "text", ["2.0.0 Ok", "2.0.0 Ok: queued as 4XYZ9ABC", "Ok <0100018f-abc@email.amazonses.com>", " a\n  reply ", ""]
+)
+def test_accepted_is_sent_with_the_reply_classified(text: str) -> None:
+    assert accepted(250, text, []) == Outcome.sent(
+        provider_message_id=queue_id(text), reply=one_line(f"250 {text}"), reply_code=250,
+        enhanced_code=classify_reply(250, text)[1],
+    )

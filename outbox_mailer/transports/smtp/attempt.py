@@ -136,7 +136,7 @@ class Attempt:
                 self.reusable = True
                 return options
             outcome = await self._transaction(conn, options, self.message.recipients, may_retry=reused)
-            if outcome is not None and outcome.kind is OutcomeKind.SENT:
+            if outcome is not None and outcome.kind is OutcomeKind.SENT and outcome.refused:  # else nothing to merge
                 return await self._follow_ups(conn, options, outcome)
             if outcome is not None:
                 return outcome

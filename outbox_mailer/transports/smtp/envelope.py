@@ -17,6 +17,11 @@ __all__ = ["PROBE_LOCAL_PART", "address_problem", "envelope_problem", "listed_in
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 PROBE_LOCAL_PART = "outbox-mailer-check"
+# An addr-spec of an ASCII dot-atom local part at dot-separated labels of letters, digits and hyphens:
+# nothing aiosmtplib's parser could read differently (no specials, no spaces, no quotes), so it is
+# sent as written. Every composed address is one, bar the internationalised and the quoted ones.
+_ATEXT = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+"
+PLAIN_ADDR_SPEC = re.compile(rf"{_ATEXT}(?:\.{_ATEXT})*@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*")
 
 
 def probe_recipient(sender: str) -> str:
@@ -37,8 +42,16 @@ def envelope_problem(message: ComposedMessage) -> str | None:
     return None
 
 
-@functools.lru_cache(maxsize=4096)  # pure; the sender is nearly always the same (parseaddr is slow)
 def address_problem(role: str, address: str) -> str | None:
+    """Why ``address`` cannot go on a MAIL or RCPT command line as the ``role``, or None."""
+    if PLAIN_ADDR_SPEC.fullmatch(address) is not None:  # ~0.5 µs: most addresses, each new recipient
+        return None
+    return parsed_address_problem(role, address)
+
+
+@functools.lru_cache(maxsize=4096)  # pure; parseaddr is slow (~20 µs)
+def parsed_address_problem(role: str, address: str) -> str | None:
+    """:func:`address_problem` by aiosmtplib's own parsing: the answer for every address."""
     if _CONTROL.search(address):
         return "contains control characters"
     if role == "recipient" and "@" not in address:
