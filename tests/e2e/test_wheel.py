@@ -38,7 +38,7 @@ def test_migrate_from_the_installed_wheel(installed: Installed, empty_db_url: st
                              "WHERE schemaname = 'public'"], capture_output=True, text=True, check=True)
     assert tables.stdout.strip() == (
         "email_batches,email_console_sessions,email_console_users,email_daemon_processes,email_deliveries,email_delivery_attempts,"
-        "email_delivery_events,email_operator_actions,email_queue,email_suppressions,email_transport_limits,"
+        "email_delivery_events,email_operator_actions,email_queue,email_suppressions,email_templates,email_transport_limits,"
         "email_transport_pauses,email_transport_usage,email_webhook_tokens,outbox_mailer_migrations")
 
 
