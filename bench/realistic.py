@@ -41,7 +41,6 @@ from common import median
 from processes import DaemonProcess, ScriptServer, log
 from statement_counts import Counting, describe, per_email
 
-TARGET_PG_CPU_US = 100.0
 TARGET_WAL = 1.6 * 1024
 SETTLE_SECONDS = 0.5
 
@@ -55,11 +54,12 @@ class Case:
     concurrency: int  # 0: the daemon's default
     rows: int  # emails per window (full run); --quick: a quarter
     ceiling: float  # the relay's bound, emails/s: connections / delay
+    target_pg_cpu_us: float  # issue 33: 100 µs with pool 8, 150 µs at the defaults
 
 
 CASES = (
-    Case("tuned", "relay 20 ms per message, pool 8, concurrency 32", 20, 8, 32, 4_000, 8 / 0.020),
-    Case("default", "relay 50 ms per message, default pool (4) and concurrency (8)", 50, 0, 0, 800, 4 / 0.050),
+    Case("tuned", "relay 20 ms per message, pool 8, concurrency 32", 20, 8, 32, 4_000, 8 / 0.020, 100.0),
+    Case("default", "relay 50 ms per message, default pool (4) and concurrency (8)", 50, 0, 0, 800, 4 / 0.050, 150.0),
 )
 
 
@@ -212,8 +212,9 @@ def report_rows(figures: dict[str, object]) -> list[tuple[str, ...]]:
         ref = (f"the app's INSERT (one statement per window): PostgreSQL {f['insert_cpu_us']:.0f} µs, "
                f"{f['insert_wal'] / 1024:.2f} KB; VACUUM afterwards: {f['vacuum_cpu_us']:.0f} µs, "
                f"{f['vacuum_wal'] / 1024:.2f} KB")
-        ok = f["pg_cpu_us"] <= TARGET_PG_CPU_US and f["wal"] <= TARGET_WAL
-        rows.append((label, ours, ref, "", "PostgreSQL ≤ 100 µs, WAL ≤ 1.6 KB", "**met**" if ok else "**missed**"))
+        ok = f["pg_cpu_us"] <= case.target_pg_cpu_us and f["wal"] <= TARGET_WAL
+        rows.append((label, ours, ref, "", f"PostgreSQL ≤ {case.target_pg_cpu_us:.0f} µs, WAL ≤ 1.6 KB",
+                     "**met**" if ok else "**missed**"))
     return rows
 
 

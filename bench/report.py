@@ -1,10 +1,11 @@
-"""The markdown table a run prints: every figure next to its reference and its target (issue 13's).
+"""The markdown table a run prints: every figure next to its reference and its target (issues 13 and 33).
 
 Targets: core PostgreSQL CPU ≤ 60 µs and WAL ≤ 1.6 KB per email, daemon CPU ≤ 80 µs per email, core
-≥ 1.0x PgQueuer's best no-op batch, SMTP with 2 processes ≥ 90% of the raw two-process ceiling,
-realistic PostgreSQL CPU ≤ 100 µs and WAL ≤ 1.6 KB per email (realistic.py), ≥ 150 emails/s
-through a 2 requests/s API (api_bench.py); still held: pickup p99 ≤ 30 ms, growth ≥ 90%, bounded
-memory.
+≥ 1.0x PgQueuer's best no-op batch, SMTP with 2 processes ≥ 85% of the raw two-process ceiling and the
+SMTP daemons' CPU per email ≤ 1.2x the raw sender's per message, realistic PostgreSQL CPU ≤ 100 µs
+(pool 8) and ≤ 150 µs (defaults) and WAL ≤ 1.6 KB per email (realistic.py), ≥ 150 emails/s through a
+2 requests/s API at the default settings (api_bench.py); still held: pickup p50 ≤ 5 ms and p99 ≤ 30 ms,
+growth ≥ 90%, bounded memory.
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ def smtp_rows(cfg, g) -> list[tuple[str, ...]]:
     if two is not None and raw2 is not None:
         rows.append((f"SMTP to smtp-sink, 2 daemon processes ({cfg.pool_two} connections each)", fmt_rate(two),
                      f"raw ceiling, aiosmtplib, pre-rendered, 2 processes, {cfg.pool_two} connections each: "
-                     f"{fmt_rate(raw2)}", f"{100 * two / raw2:.0f}%", "≥ 90%", mark(two / raw2 >= 0.9)))
+                     f"{fmt_rate(raw2)}", f"{100 * two / raw2:.0f}%", "≥ 85%", mark(two / raw2 >= 0.85)))
     if raw is not None and two is not None:
         rows.append(("", "", f"raw, 1 process, {2 * cfg.pool_two} connections: {fmt_rate(raw)}",
                      f"{100 * two / raw:.0f}%", "(for information)", ""))
