@@ -64,10 +64,11 @@ COMMENT ON COLUMN email_deliveries.template_version IS
 
 -- The version a row renders: the first locale of (locale, its language, the template's default locale)
 -- that has the version asked for (or any, without one), and its latest version there. SECURITY DEFINER:
--- an application that may only insert needs no grant on email_templates.
+-- an application that may only insert needs no grant on email_templates (search_path pinned to the one
+-- the migration ran with, as every SECURITY DEFINER function here).
 CREATE FUNCTION email_templates_resolve(p_name text, p_locale text, p_version integer,
                                         OUT locale text, OUT version integer)
-LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = "$user", public AS $$
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path FROM CURRENT AS $$
 DECLARE
     candidate text;
 BEGIN
