@@ -6,6 +6,7 @@ ledger that keep what they receive. :func:`context` builds the :class:`DaemonCon
 from __future__ import annotations
 
 import hashlib
+import re
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -86,8 +87,9 @@ class ScriptedBatchTransport(ScriptedTransport):
 
     def batch_digest(self, messages: Sequence[ComposedMessage], deliveries: Sequence[Delivery],
                      key: str) -> str | None:
-        request = [key, *(f"{d.dedupe_key} {d.to_addresses} {m.message_id}" for m, d in zip(
-            messages, deliveries, strict=True))]
+        # a provider's request carries the message's header fields and bodies, as m.data does (less its Date)
+        request = [key, *(f"{d.dedupe_key} {d.to_addresses} {m.message_id} {_undated_digest(m.data)}"
+                          for m, d in zip(messages, deliveries, strict=True))]
         return hashlib.sha256("\n".join(request).encode()).hexdigest()
 
     async def send_batch(self, messages: Sequence[ComposedMessage], deliveries: Sequence[Delivery],
@@ -157,11 +159,15 @@ class Bundle:
         self.ctx.gates[name].breaker.pause(monotonic(), 60.0)
 
 
-def context(in_doubt: str = "resend") -> Bundle:
+def _undated_digest(data: bytes) -> str:
+    return hashlib.sha256(re.sub(rb"(?m)^Date: [^\r]*\r\n", b"", data)).hexdigest()
+
+
+def context(in_doubt: str = "resend", **more: Any) -> Bundle:
     """A context with two transports: ``smtp`` (the default, falling back to ``api``) and ``api``
-    (a provider with a batch endpoint)."""
+    (a provider with a batch endpoint); ``more``: other settings."""
     settings = Settings(database_url="postgresql://u@127.0.0.1:1/db", smtp={"fallback": "api"},
-                        transports={"api": {"kind": "resend", "api_key": "k"}}, in_doubt=in_doubt)
+                        transports={"api": {"kind": "resend", "api_key": "k"}}, in_doubt=in_doubt, **more)
     events: list[str] = []
     smtp, api = ScriptedTransport("smtp", events=events), ScriptedBatchTransport("api", events=events)
     transports: dict[str, Transport] = {"smtp": smtp, "api": api}

@@ -87,6 +87,6 @@ def _part(source: str, part: str, data: Mapping[str, Any], left: list[int], max_
         raise TemplateError(f"template {part}: {type(exc).__name__}: {exc}") from None
     except MemoryError:
         raise TemplateError("template: render exceeded memory") from None
-    except (ArithmeticError, TypeError, ValueError, LookupError, RecursionError) as exc:
+    except Exception as exc:  # noqa: BLE001 - whatever a filter or the data raises fails the row, never the daemon
         raise TemplateError(f"template {part}: {type(exc).__name__}: {exc}") from None
     return "".join(chunks)

@@ -9,7 +9,8 @@ changes a list or a dict, no ``str.format`` escape) with:
   and an integer product or power beyond :data:`MAX_INTEGER_BITS`, are refused before they are computed
   (``'x' * 500000000`` would allocate 500 MB in a second);
 * one global, the sandbox's bounded ``range`` (at most 100,000 items): no ``cycler``, ``joiner``,
-  ``namespace``, ``lipsum`` or ``dict``; the data is the only other name a template can read.
+  ``namespace``, ``lipsum`` or ``dict``; the data is the only other name a template can read;
+* no ``random`` filter: every render of a version with the same data is the same bytes.
 
 Loops over the data and nested ranges stay unbounded in time: the worker process's time limit stops them
 (worker.py).
@@ -42,6 +43,7 @@ class TemplateSandbox(ImmutableSandboxedEnvironment):
         self.max_bytes = max_bytes
         self.globals.clear()
         self.globals["range"] = safe_range
+        del self.filters["random"]  # every render of a version is the same bytes (a retry, a rescued batch)
 
     def call_binop(self, context: Context, operator: str, left: Any, right: Any) -> Any:
         if operator == "*":

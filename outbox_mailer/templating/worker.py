@@ -16,6 +16,7 @@ milliseconds.
 
 from __future__ import annotations
 
+import os
 import resource
 from collections.abc import Mapping
 from typing import Any
@@ -39,7 +40,9 @@ def _limit_memory(memory_bytes: int) -> None:
 
 
 def _warm(memory_bytes: int) -> None:
-    """In the worker: its memory limit set, the renderer imported (this module's imports)."""
+    """In the worker: its memory limit set, the renderer imported (this module's imports), and the daemon's
+    environment (its database URL, API keys) dropped: a render needs none of it."""
+    os.environ.clear()
     _limit_memory(memory_bytes)
 
 

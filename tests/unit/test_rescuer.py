@@ -40,6 +40,20 @@ async def test_a_recorded_batch_is_resent_whole_under_its_key_when_its_digest_ma
         (1, Status.SENT, "api", f"rescuer {WORKER}"), (2, Status.SENT, "api", f"rescuer {WORKER}")]
 
 
+async def test_a_recorded_batch_of_rows_with_unsubscribe_links_is_rebuilt_with_them_and_resent_whole() -> None:
+    b = context(unsubscribe={"base_url": "https://mail.example.com", "keys": "k" * 16})
+    members = [make_delivery(n, transport="api", to_addresses=(f"r{n}@example.com",),
+                             unsubscribe_category="newsletter") for n in (1, 2)]
+    sent = [await b.ctx.preparation.screened(d, NOW, "api") for d in members]  # as the executor composed them
+    messages = [p[1] for p in sent if not isinstance(p, Outcome)]
+    key = batch_idempotency_key([d.dedupe_key for d in members])
+    batch = RecordedBatch(7, "api", key, (1, 2), sends=1, digest=b.api.batch_digest(messages, members, key))
+    b.api.batch_answers.append([Outcome.sent("re-1"), Outcome.sent("re-2")])
+    writes = await ClaimRescue(b.ctx).replay(batch, members)
+    assert b.api.requests == [(batch.key, ["k-1", "k-2"])], "the identical request, links and all"
+    assert writes is not None and {w.transition.status for w in writes} == {Status.SENT}
+
+
 @pytest.mark.parametrize(("in_doubt", "status"), [("hold", Status.IN_DOUBT), ("resend", Status.PENDING)])
 async def test_a_recorded_batch_whose_request_cannot_be_rebuilt_is_not_resent_and_goes_through_the_in_doubt_policy(
         in_doubt: str, status: Status) -> None:

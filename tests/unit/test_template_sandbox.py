@@ -82,3 +82,13 @@ def test_a_template_that_does_not_compile_is_named_with_its_line_and_column(sour
     problem = compile_problem(source, "text")
     assert problem is not None and problem.startswith(f"text: {where}")
     assert compile_problem("Hello {{ name }}", "text") is None
+
+
+def test_a_filter_that_fails_inside_jinja_fails_the_render_as_a_template_error() -> None:
+    # jinja2's truncate asserts its length is at least 3: an AssertionError, not one of jinja's errors
+    with pytest.raises(TemplateError, match="AssertionError"):
+        render(TemplateVersion("t", "en", 1, "{{ title|truncate(2) }}", "x", None), {"title": "Hello there"}, 10_000)
+
+
+def test_there_is_no_random_filter_so_every_render_of_a_version_is_the_same_bytes() -> None:
+    assert compile_problem("{{ [1, 2, 3]|random }}", "text") is not None
