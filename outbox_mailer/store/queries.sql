@@ -111,7 +111,7 @@ WITH released AS (
     -- the email_deliveries rows locked too: an operator's cancel of the same row waits, or is
     -- skipped, instead of deadlocking; = ANY(ARRAY(...)) rather than a join, here and below, so
     -- that no row estimate can plan a scan of the table
-    SELECT d.id AS delivery_id, outbox_mailer_lock_key(d.dedupe_key) AS lock_key,
+    SELECT d.id AS delivery_id, d.priority, outbox_mailer_lock_key(d.dedupe_key) AS lock_key,
         -- the content the row loads: none above $7 (it is left out)
         CASE WHEN (
             -- include: content_size
@@ -122,7 +122,8 @@ WITH released AS (
     WHERE d.id = ANY (ARRAY(SELECT delivery_id FROM waiting)) AND d.status = 'pending'
     FOR NO KEY UPDATE OF d SKIP LOCKED
 ), sized AS (
-    SELECT delivery_id, lock_key, sum(loaded) OVER (ORDER BY delivery_id) - loaded AS loaded_before
+    -- the byte budget spent in the order the queue gives the rows (urgent first), not by age alone
+    SELECT delivery_id, lock_key, sum(loaded) OVER (ORDER BY priority DESC, delivery_id) - loaded AS loaded_before
     FROM candidates
 ), locked AS (
     -- the claim's byte budget first (CASE: no lock is taken for a row left out)

@@ -199,6 +199,18 @@ async def test_a_claim_loads_rows_while_the_content_before_each_is_within_its_by
     assert len(rest) == 7, "the rows left out stay pending for the next claim"
 
 
+async def test_a_claims_byte_budget_goes_to_urgent_rows_first_as_the_claim_picks_them(
+        db_url: str, store: SqlStore) -> None:
+    await insert(store, 5, prefix="old", html_body="repeat('x', 100000)")  # older, normal priority
+    await insert(store, 2, prefix="urgent", html_body="repeat('x', 100000)", priority="10")
+    session = await ClaimSession.open(db_url)
+    try:
+        first = await session.claim_due(10, "w", max_claim_bytes=150_000)
+    finally:
+        await session.close()
+    assert [d.dedupe_key for d in first] == ["urgent1", "urgent2"], "the budget spent in the claim's own order"
+
+
 async def test_rows_held_for_a_batching_lane_stay_within_the_content_bound(
         db_url: str, store: SqlStore, smtp_server: SmtpTestServer) -> None:
     server = ProviderServer().start()
