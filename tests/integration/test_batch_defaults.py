@@ -129,9 +129,10 @@ async def test_at_default_concurrency_two_requests_a_second_carry_full_batches(
         async with daemon_with(settings, {"resend": HttpApiTransport(ApiTransportSettings(**options), name="resend"),
                                           "smtp": SmtpTransport(settings.smtp)}):
             assert set((await settled(store, 300, timeout=60)).values()) == {"sent"}
-        sizes = batch_sizes(server)
+        sizes, singles = batch_sizes(server), len(server.sends("/emails"))
         assert sizes[:2] == [100, 100], f"the first requests carry full batches, not {DEFAULT_CONCURRENCY} rows"
-        assert sum(sizes) == 300 and len(sizes) <= 4, sizes
+        # the tail may come as a claim of one row, which goes singly (a batch of one is a single send)
+        assert sum(sizes) + singles == 300 and len(sizes) + singles <= 5, (sizes, singles)
         assert dict(server.accepted_by_header) == dict.fromkeys(keys, 1)
     finally:
         server.stop()
