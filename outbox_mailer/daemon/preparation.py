@@ -75,9 +75,20 @@ class Preparation:
             return linked
         if screened.dropped:
             self.dropped[delivery.id] = screened.dropped
-        guarded = self.guarded(linked)
-        message = guarded if isinstance(guarded, Outcome) else self.composed(guarded, now)
+        message = self._guarded_and_composed(linked, now)
         return message if isinstance(message, Outcome) else (screened.delivery, message)
+
+    async def rebuilt(self, delivery: Delivery, now: datetime) -> ComposedMessage | Outcome:
+        """A row's message built again as :meth:`screened` built it, for a recorded batch's resend: its
+        recorded version rendered, its unsubscribe link, the staging guard, composed; not screened again
+        (the batch carries the recipients it recorded)."""
+        rendered = await self.rendered(delivery)
+        linked = rendered if isinstance(rendered, Outcome) else self.linked(rendered, now)
+        return linked if isinstance(linked, Outcome) else self._guarded_and_composed(linked, now)
+
+    def _guarded_and_composed(self, delivery: Delivery, now: datetime) -> ComposedMessage | Outcome:
+        guarded = self.guarded(delivery)  # never past the staging guard
+        return guarded if isinstance(guarded, Outcome) else self.composed(guarded, now)
 
     async def rendered(self, delivery: Delivery) -> Delivery | Outcome:
         """The row with its template's version rendered into its subject and bodies (a row of its own content

@@ -100,12 +100,7 @@ class ClaimRescue:
         gate = self.ctx.gates[batch.transport]
         started = self.ctx.clock()
         sent_as = batch.as_sent(members)
-        rendered = [await self.ctx.preparation.rendered(delivery) for delivery in sent_as]  # the recorded version
-        linked = [r if isinstance(r, Outcome) else self.ctx.preparation.linked(r, started)  # its unsubscribe link
-                  for r in rendered]
-        guarded = [r if isinstance(r, Outcome) else self.ctx.preparation.guarded(r)  # never past the staging guard
-                   for r in linked]
-        prepared = [g if isinstance(g, Outcome) else self.ctx.preparation.composed(g, started) for g in guarded]
+        prepared = [await self.ctx.preparation.rebuilt(delivery, started) for delivery in sent_as]
         messages = [p for p in prepared if isinstance(p, ComposedMessage)]
         if len(messages) < len(prepared):
             # the identical batch cannot go out: each refused row fails as it would have, the others
