@@ -12,8 +12,11 @@ job executor)::
 Every way out of a send (sent, refused, unreachable, held back, cancelled at
 shutdown, an unexpected exception) ends here in exactly one of two ways: an
 :class:`OutcomeWrite` handed to the recorder, or the row left ``sending`` for a
-rescuer (cut off by the shutdown grace period; or a batch whose answer was
-ambiguous, given up so that a rescuer resends it whole). Decisions are
+rescuer (its request cut off by the shutdown grace period; or a batch whose
+answer was ambiguous, given up so that a rescuer resends it whole). A row cut
+off before its request started (waiting for a request slot: its transport's
+shared rate, its lane's request budget) was never sent: it goes back untried
+(:meth:`Executor._cut_off`). Decisions are
 ``decide()``'s (pure); the only database I/O on the path is the ledger's record
 of a fallback or of a batch before its request (``BatchLedger``, context.py).
 
@@ -66,6 +69,7 @@ from .failover import Route, record_carrier
 log = logging.getLogger("outbox_mailer")
 
 TOO_LATE = "waited too long after the claim to start a send safely"
+STOPPED = "the daemon stopped before its request started"
 
 
 class Executor:
@@ -84,14 +88,14 @@ class Executor:
         try:
             outcome, message = await self._attempt(delivery, route, started, message)
         except anyio.get_cancelled_exc_class():
-            # cut off by the grace period: the row stays 'sending' for the rescuer
-            log.warning("abandoned key=%s attempt=%d: cancelled during the send", delivery.dedupe_key,
-                        delivery.attempts, extra=email_fields(delivery.dedupe_key, route.name, delivery.attempts,
-                                                              ABANDONED))
-            self.ctx.preparation.dropped.pop(delivery.id, None)
-            self.ctx.inflight.abandon(delivery)
-            if span is not None:
-                span.abandon("cancelled during the send")
+            if self._cut_off([delivery], route.name, started):  # its request started: left for a rescuer
+                log.warning("abandoned key=%s attempt=%d: cancelled during the send", delivery.dedupe_key,
+                            delivery.attempts, extra=email_fields(delivery.dedupe_key, route.name,
+                                                                  delivery.attempts, ABANDONED))
+                if span is not None:
+                    span.abandon("cancelled during the send")
+            elif span is not None:
+                span.finish(Outcome.unstarted(STOPPED))
             raise
         except Exception as exc:  # a poison row must not stop the daemon
             log.exception("unexpected error sending key=%s", delivery.dedupe_key,
@@ -116,6 +120,22 @@ class Executor:
         self._finish(delivery, name, self.ctx.clock(), outcome)
         return True
 
+    def _cut_off(self, deliveries: Sequence[Delivery], name: str, started: datetime) -> list[Delivery]:
+        """The shutdown's grace period ended these rows' attempts (a cancellation); returns the ones left for a
+        rescuer. A row still waiting (inflight.py: its request not started; it waited for a request slot, the
+        transport's shared rate or its lane's request budget, or was being prepared) was never sent: it goes
+        back untried at once (unstarted: pending as it was, not charged, no attempt written). A row whose
+        request started may have reached the server: it stays 'sending', no longer ours, for a rescuer."""
+        abandoned = []
+        for delivery in deliveries:
+            if self.ctx.inflight.waiting(delivery):
+                self._finish(delivery, name, started, Outcome.unstarted(STOPPED))
+            else:
+                self.ctx.preparation.dropped.pop(delivery.id, None)
+                self.ctx.inflight.abandon(delivery)
+                abandoned.append(delivery)
+        return abandoned
+
     def give_back(self, delivery: Delivery) -> None:
         """A row still queued when the sends stopped was never attempted: back to pending, not charged."""
         self._finish(delivery, self.ctx.attempt_route(delivery, self.ctx.transport_of(delivery)), self.ctx.clock(),
@@ -131,9 +151,18 @@ class Executor:
         row that goes singly are requests side by side, each holding a slot of ``requests`` while it is
         admitted and made."""
         name = name or self.ctx.route(deliveries[0])
-        requests = requests or anyio.CapacityLimiter(1)
-        transport = batch_transport(self.ctx.transports[name])
         started = self.ctx.clock()
+        try:
+            await self._carry_group(deliveries, name, requests or anyio.CapacityLimiter(1), started)
+        except anyio.get_cancelled_exc_class():
+            # rows whose requests never started (being prepared, waiting for a slot, in a later request)
+            self._cut_off([d for d in deliveries if self.ctx.inflight.waiting(d)], name, started)
+            raise
+
+    async def _carry_group(self, deliveries: list[Delivery], name: str, requests: anyio.CapacityLimiter,
+                           started: datetime) -> None:
+        """carry_batch's work: each row prepared, the batches formed and sent, the other rows sent singly."""
+        transport = batch_transport(self.ctx.transports[name])
         members: list[Delivery] = []
         screened: list[Delivery] = []  # as the request carries them: suppressed recipients left out
         messages: list[ComposedMessage] = []
@@ -180,16 +209,9 @@ class Executor:
     async def _carry_in_slot(self, delivery: Delivery, message: ComposedMessage, name: str,
                              requests: anyio.CapacityLimiter) -> None:
         """A batching lane's row that goes singly: one request, in a slot of the lane's budget (cut off by
-        the shutdown while waiting for one, it was never attempted: it goes back untried)."""
-        try:
-            await requests.acquire()
-        except anyio.get_cancelled_exc_class():
-            self.give_back(delivery)
-            raise
-        try:
+        the shutdown while waiting for one, it was never attempted: carry_batch gives it back untried)."""
+        async with requests:
             await self.carry(delivery, message, name=name)
-        finally:
-            requests.release()
 
     async def _send_batch(self, name: str, transport: BatchTransport, members: list[Delivery],
                           messages: list[ComposedMessage], started: datetime, screened: list[Delivery],
@@ -201,12 +223,13 @@ class Executor:
             async with requests:
                 results = await self._request_batch(name, transport, members, messages, screened)
         except anyio.get_cancelled_exc_class():
-            log.warning("abandoned %d batch members: cancelled during the send", len(members))
-            for delivery in members:
-                self.ctx.preparation.dropped.pop(delivery.id, None)
-                self.ctx.inflight.abandon(delivery)
-            if span is not None:
+            abandoned = self._cut_off(members, name, started)
+            if abandoned:
+                log.warning("abandoned %d batch members: cancelled during the send", len(abandoned))
+            if span is not None and abandoned:
                 span.abandon("cancelled during the send")
+            elif span is not None:
+                span.finish_batch([Outcome.unstarted(STOPPED)] * len(members))
             raise
         except Exception as exc:  # a poison batch must not stop the daemon
             log.exception("unexpected error sending a batch of %d", len(members))

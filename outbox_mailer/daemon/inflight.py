@@ -11,11 +11,13 @@ is what a lane may still be claimed under both bounds. With only lanes that
 send singly this is ``concurrency`` rows sending and twice that held. A
 batching lane's row found to go singly (attachments, a pinned transport, ...:
 found when its batch is composed, :meth:`InFlight.go_singly`) is a request of
-its own from then on, so such rows leave room for fewer claims. A batching
-lane's rows are *waiting* from their claim until their request starts (a
-batch's once it is recorded, executor.py): a daemon killed meanwhile leaves
-them with an unknown outcome, so the claim loop keeps at most about a batch of
-them per lane (:meth:`InFlight.waiting_on`).
+its own from then on, so such rows leave room for fewer claims. A row is
+*waiting* from its claim until its request starts (a batch's once it is
+recorded, executor.py: :meth:`InFlight.started`) or its send returns without
+one: a waiting row was never sent, so a shutdown that cuts its wait short gives
+it back untried (:meth:`InFlight.waiting`). A daemon killed meanwhile leaves a
+batching lane's waiting rows with an unknown outcome, so the claim loop keeps
+at most about a batch of them per lane (:meth:`InFlight.waiting_on`).
 
 The content of the rows held is bounded too: at most ``2 x concurrency``
 rows' worth of ``max_content_bytes``, what the rows held under lanes that send
@@ -69,8 +71,8 @@ class InFlight:
         self._sending = 0
         self._sending_on: Counter[str] = Counter()  # rows sending, by lane
         self._held_on: Counter[str] = Counter()  # rows held, by lane
-        self._waiting: dict[int, str] = {}  # row id -> batching lane: claimed, its request not started yet
-        self._waiting_on: Counter[str] = Counter()
+        self._waiting: dict[int, str] = {}  # row id -> lane: claimed, its request not started yet
+        self._waiting_on: Counter[str] = Counter()  # rows waiting, by batching lane
         self.notices = 0  # counts the signals that work may be due (a claim that found nothing may find some)
         self._slot_freed = anyio.Event()
         self._work_due = anyio.Event()
@@ -105,6 +107,11 @@ class InFlight:
     def waiting_on(self, lane: str) -> int:
         """Rows of batching lane ``lane`` claimed whose request has not started."""
         return self._waiting_on[lane]
+
+    def waiting(self, delivery: Delivery) -> bool:
+        """Whether the row is held and its request has not started (nothing of it was sent), nor its send
+        returned."""
+        return delivery.id in self._waiting
 
     def singly_on(self, lane: str) -> int:
         """Rows of batching lane ``lane`` sending singly: a request each."""
@@ -145,8 +152,8 @@ class InFlight:
             self.content_held += delivery.content_bytes
             self._held_on[lane] += 1
             self._sending_on[lane] += 1
+            self._waiting[delivery.id] = lane
             if lane in self._per_request:
-                self._waiting[delivery.id] = lane
                 self._waiting_on[lane] += 1
         self._sending += len(batch)
 
@@ -155,7 +162,7 @@ class InFlight:
         be claimed for again."""
         for delivery in batch:
             lane = self._waiting.pop(delivery.id, None)
-            if lane is not None:
+            if lane in self._per_request:
                 self._waiting_on[lane] -= 1
                 self._slot_freed.set()
 
@@ -175,8 +182,9 @@ class InFlight:
     def send_returned(self, delivery: Delivery) -> None:
         """The row's send returned (or never could start): its slot is free; the row stays held."""
         held = self._held.get(delivery.id)
-        if delivery.id in self._waiting:  # it never started (held back, failed before its request)
-            self._waiting_on[self._waiting.pop(delivery.id)] -= 1
+        lane = self._waiting.pop(delivery.id, None)  # not None: it never started (held back, failed before it)
+        if lane in self._per_request:
+            self._waiting_on[lane] -= 1
         self._sending -= 1
         self._sending_on[held[2] if held is not None else NO_LANE] -= 1
         self._slot_freed.set()

@@ -22,7 +22,8 @@ sends get ``shutdown_grace_seconds`` to finish, rows still queued at a lane go
 back to pending unattempted, outcomes are written shielded from cancellation,
 and closing the claim session releases every lock. A send cut off by the grace
 period leaves its row in ``sending``; a rescuer settles it once its claim is
-older than the rescue delay.
+older than the rescue delay. A row cut off before its request started (it
+waited for a request slot) goes back to pending untried (executor.py).
 """
 
 from __future__ import annotations
@@ -229,7 +230,8 @@ class Daemon:
                 self.liveness.beat()
                 await self.inflight.wait_for_slot(self.liveness.interval)
         if len(self.inflight):
-            log.warning("grace period over: abandoning %d sends to the rescuer", len(self.inflight))
+            log.warning("grace period over: cutting off %d sends (requests not started go back untried, the "
+                        "others to the rescuer)", len(self.inflight))
         sends.cancel_scope.cancel()
 
     def _status_line(self, pending: int | None) -> str:

@@ -3,15 +3,19 @@ recorder and a ledger that keep what they receive; no sockets, no database."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+import anyio
+import anyio.lowlevel
 import pytest
 
 from outbox_mailer.clock import monotonic
 from outbox_mailer.daemon.executor import Executor
-from outbox_mailer.delivery import Outcome, OutcomeKind, SendSingly, Status
+from outbox_mailer.delivery import BatchOutcome, ComposedMessage, Delivery, Outcome, OutcomeKind, SendSingly, Status
 from outbox_mailer.errors import DatabaseError
 from outbox_mailer.providers.seam import batch_idempotency_key
 from outbox_mailer.store import OutcomeWrite
-from tests.daemon_fakes import NOW, WORKER, Bundle, context, make_delivery
+from tests.daemon_fakes import NOW, WORKER, Bundle, ScriptedBatchTransport, context, make_delivery
 
 pytestmark = pytest.mark.anyio
 
@@ -122,3 +126,49 @@ async def test_a_row_sent_through_a_fallback_is_due_at_once_when_its_own_transpo
     write = await carried(b, Outcome.unreachable("connection refused"), name="api")
     assert (write.transition.status, write.transition.scheduled_at, write.attempt.transport) == (
         Status.PENDING, NOW, "api"), "the claim now routes the row back to smtp: due now, not after api's pause"
+
+
+class HeldBatchTransport(ScriptedBatchTransport):
+    """A batch endpoint whose request never answers: it has started, and may have reached the provider."""
+
+    async def send_batch(self, messages: Sequence[ComposedMessage], deliveries: Sequence[Delivery],
+                         key: str) -> list[BatchOutcome]:
+        self.requests.append((key, [d.dedupe_key for d in deliveries]))
+        await anyio.sleep_forever()
+        raise AssertionError("never answered")
+
+
+async def test_a_batch_waiting_for_its_lanes_request_budget_when_the_shutdown_cuts_it_off_goes_back_untried(
+        ) -> None:
+    b = context()
+    rows = [make_delivery(n, transport="api") for n in (1, 2)]
+    b.claim(*rows)
+    budget = anyio.CapacityLimiter(1)
+    await budget.acquire()  # the lane's one request slot, taken by another request
+    async with anyio.create_task_group() as sends:
+        sends.start_soon(Executor(b.ctx).carry_batch, rows, "api", budget)
+        while not budget.statistics().tasks_waiting:
+            await anyio.lowlevel.checkpoint()
+        sends.cancel_scope.cancel()  # the grace period is over
+    assert not b.api.requests and not b.ledger.batches, "no request, none recorded"
+    assert {w.delivery.id: (w.transition.status, w.transition.given_back, w.transition.refund_attempt)
+            for w in b.recorder.writes} == dict.fromkeys([1, 2], (Status.PENDING, True, True)), \
+        "each member back untried: pending as it was, not charged, no attempt written"
+    assert b.ctx.inflight.sending == 0
+
+
+async def test_a_batch_whose_request_started_when_the_shutdown_cuts_it_off_is_left_sending_for_a_rescuer(
+        ) -> None:
+    b = context()
+    held = HeldBatchTransport("api", events=b.events)
+    b.ctx.transports["api"] = held
+    rows = [make_delivery(n, transport="api") for n in (1, 2)]
+    b.claim(*rows)
+    async with anyio.create_task_group() as sends:
+        sends.start_soon(Executor(b.ctx).carry_batch, rows, "api")
+        while not held.requests:
+            await anyio.lowlevel.checkpoint()
+        sends.cancel_scope.cancel()
+    assert [ids for _, _, ids, _ in b.ledger.batches] == [[1, 2]], "recorded before its request, for a rescuer"
+    assert not b.recorder.writes, "no outcome written: the rows stay 'sending', the rescuer resends the batch"
+    assert len(b.ctx.inflight) == 0, "no longer held by this daemon"
