@@ -157,23 +157,24 @@ def report_rows(figures: dict[str, object]) -> list[tuple[str, ...]]:
     theirs, ours = figures.get("post_office_drain"), figures.get("drain")
     if not theirs:
         return []
-    t_total = theirs["pg_cpu_us"] + theirs["insert_cpu_us"]
+    t_total, t_wal = theirs["pg_cpu_us"] + theirs["insert_cpu_us"], theirs["wal"] + theirs["insert_wal"]
     rows = [(f"Drain, django-post_office {_version('django-post_office')} (Django {_version('django')}): the app queues the same "
              f"{theirs['rows']:,} receipts with `mail.send`, one per transaction; then `send_queued_mail` at its "
              "defaults (1 process, 5 threads, batches of 100) sends them to the same smtp-sink; a CHECKPOINT "
-             "before each round", "",
-             f"PostgreSQL {t_total:.0f} µs and {(theirs['wal'] + theirs['insert_wal']) / 1024:.2f} KB WAL per email: "
+             f"before each round ({theirs['checkpoints'] or 'none'} inside)", "",
+             f"PostgreSQL {t_total:.0f} µs and {t_wal / 1024:.2f} KB WAL per email: "
              f"the drain {theirs['pg_cpu_us']:.0f} µs, {theirs['wal'] / 1024:.2f} KB + the app's `mail.send` "
              f"{theirs['insert_cpu_us']:.0f} µs, {theirs['insert_wal'] / 1024:.2f} KB; {theirs['rate']:,.0f}/s; "
              f"{theirs['statements_per_email']:.2f} statements per email in the drain", "", "reported", "")]
     if ours:
-        o_total = ours["pg_cpu_us"] + ours["insert_cpu_us"]
+        o_total, o_wal = ours["pg_cpu_us"] + ours["insert_cpu_us"], ours["wal"] + ours["insert_wal"]
         ratio, drain_ratio = o_total / t_total, ours["pg_cpu_us"] / theirs["pg_cpu_us"]
         rows.append(("PostgreSQL CPU per email, drain at default settings: outbox-mailer over django-post_office "
                      "(INSERT + drain summed; the drain alone)",
-                     f"{o_total:.0f} µs (drain {ours['pg_cpu_us']:.0f} µs); {ours['rate']:,.0f}/s",
-                     f"django-post_office: {t_total:.0f} µs (drain {theirs['pg_cpu_us']:.0f} µs); "
-                     f"{theirs['rate']:,.0f}/s",
+                     f"{o_total:.0f} µs (drain {ours['pg_cpu_us']:.0f} µs); WAL {o_wal / 1024:.2f} KB; "
+                     f"{ours['rate']:,.0f}/s",
+                     f"django-post_office: {t_total:.0f} µs (drain {theirs['pg_cpu_us']:.0f} µs); WAL "
+                     f"{t_wal / 1024:.2f} KB; {theirs['rate']:,.0f}/s",
                      f"{ratio:.2f}x (drain alone {drain_ratio:.2f}x)", "< 1.0x (the user's database pays less)",
                      f"{_mark(ratio < 1.0)} (drain alone: {_mark(drain_ratio < 1.0)})"))
     return rows
