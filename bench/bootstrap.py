@@ -7,6 +7,7 @@ the smtp-sink binary only, preseeded "No configuration") when they are missing.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -22,6 +23,11 @@ def ensure_python_deps() -> None:
     try:
         import pgqueuer  # noqa: F401
         import uvloop  # noqa: F401
+
+        # imported only by the processes that run Django (post_office_drain.py): present is enough here
+        for module in ("post_office", "django", "psycopg"):
+            if importlib.util.find_spec(module) is None:
+                raise ImportError(module)
     except ImportError:
         print("installing bench requirements into", sys.prefix, flush=True)
         subprocess.run([PY, "-m", "pip", "install", "-q", "-r", str(BENCH_DIR / "requirements.txt")], check=True)

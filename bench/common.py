@@ -200,7 +200,7 @@ def machine_info(pg_version: str) -> dict[str, str]:
     except OSError:
         pass
     versions = {}
-    for mod in ("asyncpg", "aiosmtplib", "anyio", "pgqueuer"):
+    for mod in ("asyncpg", "aiosmtplib", "anyio", "pgqueuer", "django-post_office", "django"):
         try:
             from importlib.metadata import version
 

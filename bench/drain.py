@@ -11,6 +11,9 @@ its start-up's statements included, until every row is final and 0.5 s more; the
 this benchmark connection's own backend, which polls a few rows' status). Their sum is what
 PostgreSQL spends per email. The daemon part's statements are counted by kind with
 pg_stat_statements (statement_counts.py), which is on for that part.
+
+Its rounds alternate with the reference's, django-post_office on the same receipts, cluster and
+smtp-sink (post_office_drain.py); each round starts with both databases vacuumed.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from pathlib import Path
 
 import receipts
 from common import median
+from post_office_drain import PostOfficeDrain
 from processes import DaemonProcess, log
 from realistic import insert_lsn, wal_between
 from statement_counts import Counting, describe, per_email
@@ -68,25 +72,59 @@ async def drain_round(db, sink_port: int, workdir: Path, prefix: str, rows: int,
 
 
 async def measure_drain(db, cfg, res, sink_port: int, workdir: Path) -> None:
+    """Our rounds alternating with django-post_office's (post_office_drain.py) on the same receipts; a
+    failure stops only the side it happened on."""
     rows = QUICK_ROWS if cfg.quick else ROWS
     log(f"drain: the app inserts {rows:,} receipts one per transaction, then 1 daemon (default pool and "
-        f"concurrency) drains them to smtp-sink; {cfg.reps} rounds, each after a CHECKPOINT")
-    rounds = []
+        f"concurrency) drains them to smtp-sink; {cfg.reps} rounds, each after a CHECKPOINT, alternating with "
+        "django-post_office (mail.send one per transaction, then send_queued_mail at its defaults)")
+    theirs = PostOfficeDrain(db, sink_port, workdir, rows)
+
+    async def ours(i: int) -> dict[str, object]:
+        await theirs.vacuum()  # drain_round vacuums ours
+        r = await drain_round(db, sink_port, workdir, f"drain-{i}-", rows, cfg.log_level)
+        log(f"  round {i + 1}: PostgreSQL per email: daemon {r['pg_cpu_us']:.0f} µs, {r['wal'] / 1024:.2f} KB; "
+            f"the app's INSERT {r['insert_cpu_us']:.0f} µs, {r['insert_wal'] / 1024:.2f} KB; "
+            f"{r['rate']:,.0f}/s; {r['checkpoints']} checkpoint(s) inside")
+        log(f"    statements: {r['statements']}")
+        return r
+
+    async def reference(i: int) -> dict[str, object]:
+        r = await theirs.round(i)
+        log(f"  round {i + 1}, django-post_office: PostgreSQL per email: send_queued_mail {r['pg_cpu_us']:.0f} µs, "
+            f"{r['wal'] / 1024:.2f} KB; the app's mail.send {r['insert_cpu_us']:.0f} µs, "
+            f"{r['insert_wal'] / 1024:.2f} KB; {r['rate']:,.0f}/s; {r['statements_per_email']:.2f} statements "
+            f"per email; {r['checkpoints']} checkpoint(s) inside")
+        log(f"    statements: {r['statements']}")
+        return r
+
+    sides = {"drain": ours, "post_office_drain": reference}
+    try:
+        await theirs.setup()
+    except Exception as exc:  # noqa: BLE001 - one broken part must not cost the run its other figures
+        await db.part_failed(res, "drain, django-post_office", exc)
+        del sides["post_office_drain"]
+    rounds: dict[str, list[dict[str, object]]] = {key: [] for key in sides}
     try:
         for i in range(cfg.reps):
-            r = await drain_round(db, sink_port, workdir, f"drain-{i}-", rows, cfg.log_level)
-            rounds.append(r)
-            log(f"  round {i + 1}: PostgreSQL per email: daemon {r['pg_cpu_us']:.0f} µs, {r['wal'] / 1024:.2f} KB; "
-                f"the app's INSERT {r['insert_cpu_us']:.0f} µs, {r['insert_wal'] / 1024:.2f} KB; "
-                f"{r['rate']:,.0f}/s; {r['checkpoints']} checkpoint(s) inside")
-            log(f"    statements: {r['statements']}")
-    except Exception as exc:  # noqa: BLE001 - one broken part must not cost the run its other figures
-        await db.part_failed(res, "drain", exc)
-        return
+            for key, side in list(sides.items()):
+                try:
+                    rounds[key].append(await side(i))
+                except Exception as exc:  # noqa: BLE001 - as above
+                    await db.part_failed(res, key.replace("post_office_drain", "drain, django-post_office"), exc)
+                    del sides[key]
+    finally:
+        await theirs.close()
+    for key in sides:
+        res.put(key, figure(rounds[key], rows))
+
+
+def figure(rounds: list[dict[str, object]], rows: int) -> dict[str, object]:
+    """The medians of the rounds' numbers, the rounds themselves and the checkpoints inside them all."""
     numeric = [k for k, v in rounds[0].items() if isinstance(v, float | int) and k != "checkpoints"]
     fig: dict[str, object] = {k: median([float(r[k]) for r in rounds]) for k in numeric}
     fig.update(rows=rows, rounds=rounds, checkpoints=sum(int(r["checkpoints"]) for r in rounds))
-    res.put("drain", fig)
+    return fig
 
 
 def report_rows(figures: dict[str, object]) -> list[tuple[str, ...]]:
@@ -108,9 +146,13 @@ def report_rows(figures: dict[str, object]) -> list[tuple[str, ...]]:
 
 
 def details(figures: dict[str, object]) -> list[str]:
-    f = figures.get("drain")
-    if not f:
-        return []
-    return ["drain: PostgreSQL (daemon + INSERT) " + ", ".join(
-        f"{r['pg_cpu_us']:.0f} + {r['insert_cpu_us']:.0f}" for r in f["rounds"]) + " µs, WAL " + ", ".join(
-        f"{r['wal'] / 1024:.2f} + {r['insert_wal'] / 1024:.2f}" for r in f["rounds"]) + " KB"]
+    out = []
+    for key, label in (("drain", "drain: PostgreSQL (daemon + INSERT) "),
+                       ("post_office_drain", "django-post_office: PostgreSQL (drain + mail.send) ")):
+        if not (f := figures.get(key)):
+            continue
+        rounds = f["rounds"]
+        out.append(label + ", ".join(f"{r['pg_cpu_us']:.0f} + {r['insert_cpu_us']:.0f}" for r in rounds) + " µs, WAL "
+                   + ", ".join(f"{r['wal'] / 1024:.2f} + {r['insert_wal'] / 1024:.2f}" for r in rounds) + " KB, "
+                   + ", ".join(f"{r['rate']:,.0f}" for r in rounds) + " /s")
+    return out

@@ -23,7 +23,9 @@ on a throwaway PostgreSQL cluster with fsync and synchronous_commit ON:
    2 requests/s, singly and batched;
 8. drain (drain.py): PostgreSQL CPU and WAL per email, the app's INSERT (one row
    per transaction) included, of one default daemon draining 5,000 receipts to
-   smtp-sink, and its statements per email by kind.
+   smtp-sink, and its statements per email by kind; against django-post_office
+   queuing and sending the same receipts at its defaults (post_office_drain.py),
+   in alternating rounds.
 
 Workers run as separate OS processes (bench/*_worker.py, raw_smtp.py,
 latency_sink.py, relay_sink.py, api_sink.py); the daemon under test in 2-3 and
