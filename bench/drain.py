@@ -140,8 +140,7 @@ def report_rows(figures: dict[str, object]) -> list[tuple[str, ...]]:
             f"{f['pg_cpu_us']:.0f} µs, {f['wal'] / 1024:.2f} KB + the app's INSERT {f['insert_cpu_us']:.0f} µs, "
             f"{f['insert_wal'] / 1024:.2f} KB; {f['rate']:,.0f}/s")
     ref = (f"statements per email: claims {f['claims_per_email']:.2f} ({f['rows_per_claim']:.1f} rows each), "
-           f"of them carrying the outcome write {f.get('carried_per_email', 0.0):.2f}, "
-           f"outcome writes alone {f['writes_per_email']:.2f} ({f['rows_per_write']:.1f} rows each), "
+           f"outcome writes {f['writes_per_email']:.2f} ({f['rows_per_write']:.1f} rows each), "
            f"others {f['others_per_email']:.2f}")
     return [(label, ours, ref, "", "reported", "")]
 

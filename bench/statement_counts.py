@@ -78,20 +78,16 @@ class Counting:
 
 
 def per_email(kinds: list[Kind], emails: int) -> dict[str, float]:
-    """Calls per email of the claims, of the outcome writes alone, of the outcome writes that carried a
-    claim (``record_and_claim``, counted among the claims too) and of everything else, and the claims'
-    and lone writes' rows per call (a carrying statement's rows are the rows it claimed)."""
+    """Calls per email of the claim, of the outcome write and of everything else, and the first two's
+    rows per call."""
     by = {k.name: k for k in kinds}
-    claim, write, carried = by.get("claim_due"), by.get("record_outcomes"), by.get("record_and_claim")
-    claims = (claim.calls if claim else 0) + (carried.calls if carried else 0)
-    claimed = (claim.rows if claim else 0) + (carried.rows if carried else 0)
-    others = sum(k.calls for k in kinds if k.name not in ("claim_due", "record_outcomes", "record_and_claim"))
+    claim, write = by.get("claim_due"), by.get("record_outcomes")
+    others = sum(k.calls for k in kinds if k.name not in ("claim_due", "record_outcomes"))
     return {
-        "claims_per_email": claims / emails,
+        "claims_per_email": (claim.calls if claim else 0) / emails,
         "writes_per_email": (write.calls if write else 0) / emails,
-        "carried_per_email": (carried.calls if carried else 0) / emails,
         "others_per_email": others / emails,
-        "rows_per_claim": claimed / claims if claims else 0.0,
+        "rows_per_claim": claim.rows / claim.calls if claim and claim.calls else 0.0,
         "rows_per_write": write.rows / write.calls if write and write.calls else 0.0,
     }
 
