@@ -1,6 +1,6 @@
 """PostgreSQL's CPU per email for the two hot statements alone: claim_due + record_outcomes.
 
-    .venv/bin/python bench/statement_cost.py [ROWS [BATCH [plain|template|provider [separate|carried]]]]
+    .venv/bin/python bench/statement_cost.py [ROWS [BATCH [plain|template|provider]]]
 
 A throwaway cluster, ROWS (20,000) pending rows with ~1.6 KB bodies, then one
 connection claims BATCH (100) at a time and records each batch as sent, as the daemon
@@ -11,9 +11,7 @@ side, which work moved out of the hot statements may land on: the CPU of an INSE
 one row in its own transaction, measured over the first INSERTED (1,000) rows, each
 inserted so (the rest are inserted in one statement). ``template``: the rows name a stored template
 (docs/templates.md) with ~1.6 KB of data instead of giving their own subject and bodies; ``provider``: they name
-a provider's template with a model of that size. ``carried``: each outcome write carries the next
-claim (``record_and_claim``, one statement for both, as the daemon does when its claim follows the
-sends whose outcomes it gathered); ``separate`` (the default): a claim, then a write. To compare two
+a provider's template with a model of that size. To compare two
 checkouts, run it from each in turn, alternating, on the same machine:
 ``PYTHONPATH=OTHER_CHECKOUT .venv/bin/python bench/statement_cost.py``
 (older checkouts' record_outcomes took ``defer_release``; it is passed when present).
@@ -47,7 +45,6 @@ SELECT 'k' || g, ARRAY['user' || g || '@example.com'], 'Subject ' || g, repeat('
 FROM generate_series($1::int, $2::int) g
 """
 KIND = sys.argv[3] if len(sys.argv) > 3 else "plain"
-CARRIED = len(sys.argv) > 4 and sys.argv[4] == "carried"
 TEMPLATE_INSERT = """
 INSERT INTO email_deliveries (dedupe_key, to_addresses, template, template_data, locale)
 SELECT 'k' || g, ARRAY['user' || g || '@example.com'], 'bench',
@@ -97,24 +94,19 @@ async def main() -> None:
         policy, claim_cpu, rows = RetryPolicy(), 0.0, 0
         started_cpu, started = cpu_seconds(pid), time.monotonic()
         started_lsn = await session._conn.fetchval("SELECT pg_current_wal_lsn()")
-        batch = await session.claim_due(BATCH, "bench") if CARRIED else []
         while True:
-            if not CARRIED:
-                before = cpu_seconds(pid)
-                batch = await session.claim_due(BATCH, "bench")
-                claim_cpu += cpu_seconds(pid) - before
+            before = cpu_seconds(pid)
+            batch = await session.claim_due(BATCH, "bench")
+            claim_cpu += cpu_seconds(pid) - before
             if not batch:
                 break
             now = datetime.now(UTC)
             sent = Outcome.sent("q")
-            writes = [OutcomeWrite(d, decide(d, sent, now, policy, 0.5),
-                                   AttemptRecord(d.attempts, now, now, sent.kind, 250, None, None, "smtp", "bench"))
-                      for d in batch]
+            await session.record_outcomes([
+                OutcomeWrite(d, decide(d, sent, now, policy, 0.5),
+                             AttemptRecord(d.attempts, now, now, sent.kind, 250, None, None, "smtp", "bench"))
+                for d in batch], **extra)
             rows += len(batch)
-            if CARRIED:  # the write and the next claim in one statement (the claim's share is not told apart)
-                _, batch = await session.record_and_claim(writes, BATCH, "bench")
-            else:
-                await session.record_outcomes(writes, **extra)
         total = cpu_seconds(pid) - started_cpu
         wal = await session._conn.fetchval("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1)", started_lsn)
         await session.close()

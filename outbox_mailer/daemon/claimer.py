@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -68,19 +68,6 @@ class Claim:
     leave_out: list[str]
 
 
-class CarriedOutcomes(Protocol):
-    """The outcomes a claim carries (the recorder, recorder.py)."""
-
-    def take_gathered(self) -> list[OutcomeWrite]:
-        """The outcomes whose write has not started."""
-
-    async def carried(self, batch: Sequence[OutcomeWrite], updated: set[int]) -> None:
-        """A claim wrote them (``updated``: the rows whose claim was still ours)."""
-
-    def retry(self, batch: Sequence[OutcomeWrite]) -> None:
-        """The claim that carried them failed: write them, checking which it committed."""
-
-
 class DaemonObserver(Protocol):
     """What the daemon reports as it works (metrics)."""
 
@@ -94,8 +81,7 @@ class DaemonObserver(Protocol):
 class Claimer:
     def __init__(self, settings: Settings, db: DaemonSessions, inflight: InFlight, executor: Executor,
                  gates: Mapping[str, TransportGate], lanes: Mapping[str, Lane], liveness: Liveness,
-                 stopping: anyio.Event, observer: DaemonObserver | None = None,
-                 outcomes: CarriedOutcomes | None = None) -> None:
+                 stopping: anyio.Event, observer: DaemonObserver | None = None) -> None:
         self.settings = settings
         self._db = db
         self._inflight = inflight
@@ -105,7 +91,6 @@ class Claimer:
         self._liveness = liveness
         self._stopping = stopping
         self._observer = observer
-        self._outcomes = outcomes  # None: outcome writes are the recorder's alone
         self.last_claim_ok = -math.inf  # monotonic time of the last successful claim (health)
         self._short: dict[str, tuple[int, float]] = {}  # claim (lane) -> (notices, monotonic) when it came back short
         self._drained = True  # the last claim for the single lanes found the queue drained (note_claim())
@@ -237,7 +222,10 @@ class Claimer:
         while not self._stopping.is_set():
             await self._liveness.beat_or_wedge()
             # a send frees its slot when it returns; its outcome may still wait for the recorder
-            own, other = self._turn()
+            own = self._own_claims()
+            other = None if self._came_back_short(OTHER_LANES) else self._other_claim()
+            if other is not None and other.want < self._worthwhile_claim():
+                other = None
             if not own and other is None:
                 # every slot busy, every transport with room paused or waiting for its rate's next slot,
                 # too few slots free to be worth a claim, or nothing found since work was last due
@@ -278,21 +266,6 @@ class Claimer:
                 await self._idle(session)
                 self._short.clear()  # after waiting for work, every claim is worth trying again
 
-    def claim_coming(self) -> bool:
-        """A claim would be made now (its turn's rule, below): the recorder leaves the outcomes it has
-        gathered for that claim to carry, rather than writing them a moment before it."""
-        if self._stopping.is_set():
-            return False
-        own, other = self._turn()
-        return bool(own) or other is not None
-
-    def _turn(self) -> tuple[list[str], Claim | None]:
-        """The claims worth making now: the batching lanes' own, and the one for the lanes that send singly."""
-        other = None if self._came_back_short(OTHER_LANES) else self._other_claim()
-        if other is not None and other.want < self._worthwhile_claim():
-            other = None
-        return self._own_claims(), other
-
     def _passed_over(self, own: list[str], other: Claim | None) -> bool:
         """Some claim is not made this turn for lack of room (not because it found nothing lately): a
         freed slot, not a NOTIFY, is what it waits for."""
@@ -303,19 +276,12 @@ class Claimer:
                    and not self._came_back_short(name) for name, lane in self._lanes.items())
 
     async def _claim(self, session: ClaimSession, claim: Claim) -> int:
-        """Make one claim, carrying the outcomes gathered for a write (one statement for both), hold its
-        rows and send each to its lane; how many rows it found."""
-        writes = self._outcomes.take_gathered() if self._outcomes is not None else []
-        try:
-            with anyio.CancelScope(shield=bool(writes)):  # a write is never cut off midway
-                updated, batch = await session.record_and_claim(
-                    writes, claim.want, self.ctx.worker, paused=claim.leave_out,
-                    default_transport=self.ctx.default_transport, max_content_bytes=self.settings.max_message_bytes,
-                    message_ids=self.ctx.message_ids, max_claim_bytes=self._inflight.content_room)
-        except DatabaseError:
-            if writes and self._outcomes is not None:
-                self._outcomes.retry(writes)
-            raise
+        """Make one claim, hold its rows and send each to its lane; how many rows it found."""
+        batch = await session.claim_due(claim.want, self.ctx.worker, paused=claim.leave_out,
+                                        default_transport=self.ctx.default_transport,
+                                        max_content_bytes=self.settings.max_message_bytes,
+                                        message_ids=self.ctx.message_ids,
+                                        max_claim_bytes=self._inflight.content_room)
         self.last_claim_ok = monotonic()
         lanes = [self._lane_of(delivery) for delivery in batch]
         # held before anything else is awaited: a claim not yet in InFlight looks dead to this
@@ -328,8 +294,6 @@ class Claimer:
                 self._lanes[lane].submit(delivery)
         for lane in set(lanes):
             self._short.pop(lane, None)  # rows for it came: its own claim may find more
-        if writes and self._outcomes is not None:
-            await self._outcomes.carried(writes, updated)
         return len(batch)
 
     def _lane_of(self, delivery: Delivery) -> str:

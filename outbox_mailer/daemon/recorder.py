@@ -21,13 +21,6 @@ and at once when nothing else is in flight; a kill -9 leaves sent but
 unrecorded at most the outcomes of that window and of the write under way
 (all of them among the rows held, at most twice the concurrency).
 
-A claim may carry the outcomes gathered so far (:meth:`Recorder.take_gathered`): the claim loop
-claims when sends have returned, which is when their outcomes are here, and one statement
-(``record_and_claim``) then writes them and claims the next rows, one round trip and one commit
-fewer. The claim loop hands them back: written (:meth:`Recorder.carried`, followed up as the
-recorder's own) or not known to be (:meth:`Recorder.retry`: written here, after a check of which
-committed).
-
 What a write counts as is read once (``tally.py``): the progress line, each
 email's line and the metrics (``metrics.py``) count from it.
 """
@@ -78,13 +71,11 @@ class Gathering:
 
 
 async def gather(first: T, take: Callable[[float], Awaitable[T | None]], clock: Callable[[], float],
-                 sending: Callable[[], int], stopping: Callable[[], bool], window: Gathering,
-                 batch: list[T] | None = None) -> list[T]:
+                 sending: Callable[[], int], stopping: Callable[[], bool], window: Gathering) -> list[T]:
     """``first`` and what follows it for one write: whatever is ready (up to RECORD_BATCH), and while sends
     are in flight up to ``window.outcomes``, waiting at most ``window.seconds`` after ``first``.
-    ``take(s)``: the next outcome if one comes within ``s`` seconds, else None (also once the stream ended).
-    ``batch``: the list to gather into (``[first]``), which another task may empty meanwhile."""
-    batch = [first] if batch is None else batch
+    ``take(s)``: the next outcome if one comes within ``s`` seconds, else None (also once the stream ended)."""
+    batch = [first]
     deadline = clock() + window.seconds
     while len(batch) < RECORD_BATCH:
         wanted = min(window.outcomes, len(batch) + sending())
@@ -109,11 +100,6 @@ class Recorder:
         self._reported = dict(self.counts)  # counts at the last progress line
         self._period_start: float | None = None  # None: nothing recorded since the last line
         self.inbox, self._outbox = anyio.create_memory_object_stream[OutcomeWrite](math.inf)
-        self._gathering: list[OutcomeWrite] = []  # the batch being gathered, until its write starts
-        self._maybe_committed: set[int] = set()  # rows whose outcome a failed statement may have written
-        self._taken = anyio.Event()  # set when a claim takes the batch being gathered
-        self.claim_coming: Callable[[], bool] = lambda: False  # the claim loop is about to claim (claimer.py)
-        self.carried_writes = 0  # batches a claim wrote
 
     def submit(self, write: OutcomeWrite) -> None:
         """Queue one outcome (never waits: the stream is unbounded, at most one write per row held)."""
@@ -122,57 +108,19 @@ class Recorder:
     async def run(self) -> None:
         """Drain the stream until it is closed and empty; each write shielded from cancellation."""
         async for first in self._outbox:
-            deadline = anyio.current_time() + self.window.seconds
             batch = await self._gather(first)
-            if batch and self.claim_coming():  # the claim that follows the freed slots carries them
-                with anyio.move_on_after(max(0.0, deadline - anyio.current_time())):
-                    await self._taken.wait()
-            self._gathering = []
-            if not batch:
-                continue  # a claim carried them
             with anyio.CancelScope(shield=True):
                 await self.record(batch)
-            self._done(batch)
-
-    def take_gathered(self) -> list[OutcomeWrite]:
-        """The outcomes whose write has not started (the batch being gathered, and any not taken from
-        the stream yet), for a claim to carry; it then hands them to :meth:`carried` or :meth:`retry`."""
-        taken = list(self._gathering)
-        self._gathering.clear()
-        self._taken.set()
-        self._taken = anyio.Event()
-        while True:
-            try:
-                taken.append(self._outbox.receive_nowait())
-            except (anyio.WouldBlock, anyio.EndOfStream):
-                return taken
-
-    async def carried(self, batch: Sequence[OutcomeWrite], updated: set[int]) -> None:
-        """Outcomes a claim wrote (``updated``: the rows whose claim was still ours): logged, counted and
-        followed up as the recorder's own writes are."""
-        self.carried_writes += 1
-        await self._followed_up(batch, updated)
-        self._done(batch)
-
-    def retry(self, batch: Sequence[OutcomeWrite]) -> None:
-        """Outcomes a claim carried in a statement that failed: written by the recorder, which first
-        checks whether the statement committed them (its reply may be what was lost)."""
-        self._maybe_committed.update(w.delivery.id for w in batch)
-        for write in batch:
-            self.submit(write)
-
-    def _done(self, batch: Sequence[OutcomeWrite]) -> None:
-        self._inflight.recorded(batch)
-        self._progress(anyio.current_time(), drained=not len(self._inflight))
+            self._inflight.recorded(batch)
+            self._progress(anyio.current_time(), drained=not len(self._inflight))
 
     @property
     def window(self) -> Gathering:
         return Gathering.for_concurrency(self._inflight.concurrency)
 
     async def _gather(self, first: OutcomeWrite) -> list[OutcomeWrite]:
-        self._gathering = [first]
         return await gather(first, self._take, anyio.current_time, lambda: self._inflight.sending,
-                            self._stopping.is_set, self.window, self._gathering)
+                            self._stopping.is_set, self.window)
 
     async def _take(self, seconds: float) -> OutcomeWrite | None:
         """The next outcome if one is ready or comes within ``seconds``; None otherwise, or once the stream ended."""
@@ -226,15 +174,8 @@ class Recorder:
                     break
                 await anyio.sleep(delay)
                 delay = min(delay * 2, RECONNECT_MAX_SECONDS)
-        uncertain = tries > 1 or any(w.delivery.id in self._maybe_committed for w in batch)
-        self._maybe_committed.difference_update(w.delivery.id for w in batch)
-        if updated is not None and uncertain:
+        if updated is not None and tries > 1:
             updated |= await self._committed_before(batch, updated)
-        await self._followed_up(batch, updated)
-
-    async def _followed_up(self, batch: Sequence[OutcomeWrite], updated: set[int] | None) -> None:
-        """After a write (``updated``: the rows it applied; None: it failed): each email's line and count,
-        then the bounces and the early events that its outcomes settle."""
         for write in batch:
             self._log(write, updated is not None and write.delivery.id in updated)
         if updated:

@@ -125,8 +125,7 @@ class Daemon:
         self.rescuer = Rescuer(self.context, self._db, observer)
         self.pause_watch = PauseWatch(self.gates, self._db, self.worker)
         self.claimer = Claimer(settings, self._db, self.inflight, self.executor, self.gates, self.lanes,
-                               self.liveness, self._stopping, observer, outcomes=self.recorder)
-        self.recorder.claim_coming = self.claimer.claim_coming
+                               self.liveness, self._stopping, observer)
 
     # ---- lifecycle -------------------------------------------------------------
 

@@ -93,47 +93,16 @@ class ClaimSession(RescueQueries):
         that cannot be read comes back with ``defect`` set (see rows.py). With ``max_claim_bytes``,
         rows are taken while the content loaded before each comes to less (the first always): the
         claim loads at most that plus one row's ``max_content_bytes``."""
+        token = uuid.uuid4()
         async with self._lock:
+            self._idle = False
+            # on an error the session is closed and its locks go with it: nothing to keep
+            unlock, self._unlock_later = self._unlock_later, []
             with translate_errors():
-                rows = await self._conn.fetch(sql("claim_due"), *self._claim_parameters(
-                    limit, worker, paused, default_transport, max_content_bytes, message_ids, max_claim_bytes))
+                rows = await self._conn.fetch(sql("claim_due"), limit, token, worker, list(paused), default_transport,
+                                              unlock, max_content_bytes, message_ids.inner_pad, message_ids.outer_pad,
+                                              message_ids.default_from, message_ids.fallback_domain, max_claim_bytes)
                 return await screened(self._conn, rows, max_content_bytes)
-
-    async def record_and_claim(
-        self, writes: Sequence[OutcomeWrite], limit: int, worker: str, *, paused: Sequence[str] = (),
-        default_transport: str = "smtp", max_content_bytes: int = 10 * 1024 * 1024,
-        message_ids: MessageIdKey = DEFAULT_KEY, max_claim_bytes: int | None = None,
-    ) -> tuple[set[int], list[Delivery]]:
-        """:meth:`record_outcomes` and :meth:`claim_due` in one statement, so in one transaction: one round
-        trip and one commit for both. Returns the ids whose claim was still ours, and the rows claimed.
-        The claim sees none of the write's changes (one snapshot), and the written keys are unlocked by
-        the class's rule, like any outcome's. On an error neither happened, unless the COMMIT's reply was
-        what was lost (then both did: the caller checks the attempts, as after a retried write)."""
-        if not writes:
-            return set(), await self.claim_due(limit, worker, paused=paused, default_transport=default_transport,
-                                               max_content_bytes=max_content_bytes, message_ids=message_ids,
-                                               max_claim_bytes=max_claim_bytes)
-        args = outcome_parameters(writes)
-        async with self._lock:
-            with translate_errors():
-                rows = await self._conn.fetch(sql("record_and_claim"), *args, *self._claim_parameters(
-                    limit, worker, paused, default_transport, max_content_bytes, message_ids, max_claim_bytes))
-                result = rows[0]  # always one row at least: the write's result beside each claimed row
-                updated = await self._written(writes, result["written_ids"], result["written_due"],
-                                              result["written_quoted"])
-                claimed = await screened(self._conn, [r for r in rows if r["id"] is not None], max_content_bytes)
-        return updated, claimed
-
-    def _claim_parameters(self, limit: int, worker: str, paused: Sequence[str], default_transport: str,
-                          max_content_bytes: int, message_ids: MessageIdKey,
-                          max_claim_bytes: int | None) -> tuple[object, ...]:
-        """claim_due's parameters, in order; the locks kept for the next claim are handed to it (on an
-        error the session is closed and its locks go with it: nothing to keep)."""
-        self._idle = False
-        unlock, self._unlock_later = self._unlock_later, []
-        return (limit, uuid.uuid4(), worker, list(paused), default_transport, unlock, max_content_bytes,
-                message_ids.inner_pad, message_ids.outer_pad, message_ids.default_from, message_ids.fallback_domain,
-                max_claim_bytes)
 
     async def go_idle(self) -> int:
         """The claim loop waits for work: release the locks kept for the next claim, and release
@@ -185,26 +154,17 @@ class ClaimSession(RescueQueries):
         async with self._lock:
             with translate_errors():
                 rows = await self._conn.fetch(sql("record_outcomes"), *args)
-                updated = await self._written(writes, [r["id"] for r in rows], [r["due"] for r in rows],
-                                              [r["quoted"] for r in rows])
+                if any(r["due"] for r in rows):  # the trigger that announced it skips this session
+                    await self._conn.execute(sql("wake_claimers"))
+            quoted = {r["id"] for r in rows if r["quoted"]}
+            self.quoted.extend(w for w in writes if w.delivery.id in quoted)
+            self._not_relocked.difference_update(w.delivery.dedupe_key for w in writes)
             idle = self._idle
+            if not idle:
+                self._unlock_later.extend(w.delivery.dedupe_key for w in writes)
         if idle:
             await self.release_locks([w.delivery.dedupe_key for w in writes])
-        return updated
-
-    async def _written(self, writes: Sequence[OutcomeWrite], ids: Sequence[int], due: Sequence[bool],
-                       quoted: Sequence[bool]) -> set[int]:
-        """After an outcome write (the lock held): wake the claimers for a row it made due now (the
-        trigger that announces due rows skips this session), note the outcomes an unmatched event
-        quotes, and keep the written keys for the next claim to unlock unless the session is idle."""
-        if any(due):
-            await self._conn.execute(sql("wake_claimers"))
-        quoting = {i for i, q in zip(ids, quoted, strict=True) if q}
-        self.quoted.extend(w for w in writes if w.delivery.id in quoting)
-        self._not_relocked.difference_update(w.delivery.dedupe_key for w in writes)
-        if not self._idle:
-            self._unlock_later.extend(w.delivery.dedupe_key for w in writes)
-        return set(ids)
+        return {r["id"] for r in rows}
 
     async def record_refusals(self, refusals: Sequence[tuple[int, int, str, str, datetime, str]],
                               suppress: bool) -> None:

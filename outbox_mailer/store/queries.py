@@ -4,8 +4,7 @@ A block is ``-- name: <name>`` then a ``-- <description>`` line, then the
 statement. ``QUERIES["claim_due"]`` is the SQL text; names match the Store
 methods that run them. A ``-- fragment: <name>`` block is a piece of SQL that
 statements share (a column list said once); a line ``-- include: <name>`` in a
-statement stands for it, and ``-- include: <name> +N`` for it with each parameter ``$k``
-numbered ``$k+N`` (a fragment joined after another statement's parameters: ``record_and_claim``).
+statement stands for it.
 """
 
 from __future__ import annotations
@@ -15,8 +14,7 @@ from importlib import resources
 from typing import NamedTuple
 
 _NAME = re.compile(r"^-- (name|fragment): ([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
-_INCLUDE = re.compile(r"^\s*-- include: ([a-z_][a-z0-9_]*)(?: \+([0-9]+))?\s*$")
-_PARAMETER = re.compile(r"\$([0-9]+)")
+_INCLUDE = re.compile(r"^\s*-- include: ([a-z_][a-z0-9_]*)\s*$")
 
 
 class Query(NamedTuple):
@@ -53,18 +51,13 @@ def _statement(name: str, lines: list[str], fragments: dict[str, str]) -> str:
         if include:
             if include.group(1) not in fragments:
                 raise ValueError(f"query {name!r} includes an unknown fragment {include.group(1)!r}")
-            out.append(_shifted(fragments[include.group(1)], int(include.group(2) or 0)))
+            out.append(fragments[include.group(1)])
         elif not line.startswith("--"):
             out.append(line)
     sql = "\n".join(out).strip()
     if not sql:
         raise ValueError(f"query {name!r} has no statement")
     return sql
-
-
-def _shifted(fragment: str, shift: int) -> str:
-    """The fragment with each parameter $k numbered $k+shift."""
-    return _PARAMETER.sub(lambda p: f"${int(p.group(1)) + shift}", fragment) if shift else fragment
 
 
 def _load(*files: str) -> dict[str, Query]:

@@ -90,9 +90,9 @@ CASE WHEN
     THEN d.template_data::text END AS template_data,
 -- include: screen_suppressions
 
--- fragment: claim_ctes
--- The CTEs of a claim (claim_due's description; parameters $1 to $12), ending with `claimed`, the claimed rows.
-released AS (
+-- name: claim_due
+-- First release this session's advisory locks of keys $6 (outcomes committed earlier; a key held twice appears twice), then claim up to $1 due rows of email_queue for worker $3 with claim token $2, taking the per-key advisory lock of each; rows whose transport (null = $5) is in $4 (paused) are left alone; with $12 not null, a row is taken only while the content loaded for the rows before it (in id order) comes to less than $12 bytes (the first always). The queue row is marked claimed and the email_deliveries row becomes 'sending' (a HOT update: no index of email_deliveries covers a column this changes); its first claim writes its Message-ID (key $8 to $11: fragment first_message_id). The content of a row larger than $7 bytes is not returned (the daemon fails it unread); timestamps come as epoch seconds and JSON as text, so that no value can break the decoding of the whole batch.
+WITH released AS (
     -- referenced below as a one-time filter, so it runs once, before any row is locked
     SELECT count(*) FILTER (WHERE pg_advisory_unlock(outbox_mailer_lock_key(k))) AS n
     FROM unnest($6::text[]) AS k
@@ -143,11 +143,6 @@ released AS (
     RETURNING d.message_id,  -- the new row's: the expression above is computed once
         -- include: claimed_row
 )
-
--- name: claim_due
--- First release this session's advisory locks of keys $6 (outcomes committed earlier; a key held twice appears twice), then claim up to $1 due rows of email_queue for worker $3 with claim token $2, taking the per-key advisory lock of each; rows whose transport (null = $5) is in $4 (paused) are left alone; with $12 not null, a row is taken only while the content loaded for the rows before it (in id order) comes to less than $12 bytes (the first always). The queue row is marked claimed and the email_deliveries row becomes 'sending' (a HOT update: no index of email_deliveries covers a column this changes); its first claim writes its Message-ID (key $8 to $11: fragment first_message_id). The content of a row larger than $7 bytes is not returned (the daemon fails it unread); timestamps come as epoch seconds and JSON as text, so that no value can break the decoding of the whole batch.
-WITH
-    -- include: claim_ctes
 SELECT * FROM claimed ORDER BY priority DESC, scheduled_at, id;
 
 -- name: wake_claimers
@@ -165,9 +160,9 @@ SELECT k AS dedupe_key
 FROM unnest($1::text[]) AS k
 WHERE NOT pg_try_advisory_lock(outbox_mailer_lock_key(k));
 
--- fragment: outcome_ctes
--- The CTEs of an outcome write (record_outcomes's description; parameters $1 to $22), `updated` among them: the rows whose claim was still ours.
-decided AS (
+-- name: record_outcomes
+-- Apply decided transitions, fenced on (id, status = 'sending', claim_token), and keep email_queue (settled rows leave it, retried rows wait in it again); write every attempt. A claim given back untried has no attempt (its outcome $14 is null): nothing is written for it and the row keeps its last_error. Returns the ids updated. Parameters: store/outcomes.py OUTCOME_COLUMNS, named as in the unnest aliases below.
+WITH decided AS (
     SELECT *
     FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::timestamptz[], $5::text[], $6::text[],
                 $7::timestamptz[], $8::integer[], $9::text[], $10::text[], $21::text[], $14::text[])
@@ -216,9 +211,6 @@ decided AS (
       AND a.outcome IS NOT NULL
     ON CONFLICT (delivery_id, attempt, started_at) DO NOTHING
 )
-
--- fragment: outcome_rows
--- What an outcome write returns for each row it updated (from the CTEs of outcome_ctes).
 -- quoted: an event that matched no row quotes this outcome's provider id or Message-ID (it came before
 -- it; two probes of the partial indexes of such events, schema 20): the recorder matches it next;
 -- due: the row waits again and is due now (a claim given back untried): the session wakes the claimers
@@ -227,28 +219,7 @@ SELECT u.id, u.status = 'pending' AND u.scheduled_at <= now() AS due,
                WHERE v.delivery_id IS NULL AND v.quoted_provider_message_id = u.provider_message_id)
        OR EXISTS (SELECT 1 FROM email_delivery_events v
                   WHERE v.delivery_id IS NULL AND v.quoted_message_id = u.message_id) AS quoted
-FROM updated u
-
--- name: record_outcomes
--- Apply decided transitions, fenced on (id, status = 'sending', claim_token), and keep email_queue (settled rows leave it, retried rows wait in it again); write every attempt. A claim given back untried has no attempt (its outcome $14 is null): nothing is written for it and the row keeps its last_error. Returns the ids updated. Parameters: store/outcomes.py OUTCOME_COLUMNS, named as in the unnest aliases below.
-WITH
-    -- include: outcome_ctes
-    -- include: outcome_rows
-;
-
--- name: record_and_claim
--- An outcome write and the next claim in one statement and one transaction (one round trip and one commit fewer): record_outcomes with its parameters $1 to $22, then claim_due with its parameters as $23 to $34. The claim runs on the statement's snapshot, so it sees none of the write's changes (a row the write makes due again is claimed by a later claim), and no row is touched by both (the write's rows are claimed, the claim takes unclaimed ones). Returns the claimed rows as claim_due does, each beside the write's result as three arrays (written_ids, written_due, written_quoted); when nothing was claimed, one row with the claimed columns null.
-WITH
-    -- include: outcome_ctes
-, written AS (
-    -- include: outcome_rows
-), write_result AS (
-    SELECT coalesce(array_agg(id), '{}') AS written_ids, coalesce(array_agg(due), '{}') AS written_due,
-           coalesce(array_agg(quoted), '{}') AS written_quoted
-    FROM written
-), 
-    -- include: claim_ctes +22
-SELECT w.*, c.* FROM write_result w LEFT JOIN claimed c ON true ORDER BY c.priority DESC, c.scheduled_at, c.id;
+FROM updated u;
 
 -- name: record_attempts
 -- Write attempts of rows that stay as they are (a batch given up to a rescuer after an ambiguous answer); the rows' outcome is written when they are settled.
