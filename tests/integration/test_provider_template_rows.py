@@ -9,7 +9,7 @@ from typing import Any
 import asyncpg
 import pytest
 
-from outbox_mailer.store import Store
+from tests.integration.test_template_rows import scrubbed_when_two_days_old
 
 pytestmark = pytest.mark.anyio
 
@@ -71,13 +71,7 @@ async def test_an_update_giving_a_provider_template_row_a_subject_is_refused(own
 async def test_retention_scrubs_a_provider_template_rows_model_to_an_empty_object(
         own_conn: asyncpg.Connection, db_url: str) -> None:
     await insert(own_conn, "old", "welcome-v2", '{"iban": "DE00 1234"}')
-    await own_conn.execute("UPDATE email_deliveries SET status = 'sent', sent_at = now(), "
-                           "created_at = now() - interval '2 days', updated_at = now() - interval '2 days'")
-    store = await Store.open(db_url)
-    try:
-        assert await store.scrub_batch(86_400, 10) == 1
-    finally:
-        await store.close()
+    assert await scrubbed_when_two_days_old(own_conn, db_url) == 1
     row = await own_conn.fetchrow("SELECT text_body, template_data::text AS model, provider_template "
                                   "FROM email_deliveries")
     assert row is not None and tuple(row) == (None, "{}", "welcome-v2")

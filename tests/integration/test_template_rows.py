@@ -30,6 +30,17 @@ async def resolved(conn: asyncpg.Connection, key: str, template: str, locale: st
     return row["locale"], row["template_version"]
 
 
+async def scrubbed_when_two_days_old(conn: asyncpg.Connection, db_url: str) -> int:
+    """Every row made sent two days ago, then one retention batch at a day: how many rows it scrubbed."""
+    await conn.execute("UPDATE email_deliveries SET status = 'sent', sent_at = now(), "
+                       "created_at = now() - interval '2 days', updated_at = now() - interval '2 days'")
+    store = await Store.open(db_url)
+    try:
+        return await store.scrub_batch(86_400, 10)
+    finally:
+        await store.close()
+
+
 async def test_adding_under_a_name_and_locale_adds_a_version_and_a_version_never_changes(
         own_conn: asyncpg.Connection) -> None:
     await add(own_conn, "welcome", "en", "Hello v1")
@@ -109,13 +120,7 @@ async def test_retention_scrubs_a_template_rows_data_with_the_bodies(own_conn: a
     await resolved(own_conn, "old-template", "welcome", data='{"iban": "DE00 1234"}')
     await own_conn.execute("INSERT INTO email_deliveries (dedupe_key, to_addresses, subject, text_body) "
                            "VALUES ('old-plain', ARRAY['ann@example.com'], 'Hi', 'secret body')")
-    await own_conn.execute("UPDATE email_deliveries SET status = 'sent', sent_at = now(), "
-                           "created_at = now() - interval '2 days', updated_at = now() - interval '2 days'")
-    store = await Store.open(db_url)
-    try:
-        assert await store.scrub_batch(86_400, 10) == 2
-    finally:
-        await store.close()
+    assert await scrubbed_when_two_days_old(own_conn, db_url) == 2
     rows = {r["dedupe_key"]: r for r in await own_conn.fetch(
         "SELECT dedupe_key, text_body, template_data FROM email_deliveries")}
     assert (rows["old-template"]["text_body"], rows["old-template"]["template_data"]) == (None, "{}")
