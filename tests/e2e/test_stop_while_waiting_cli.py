@@ -1,0 +1,126 @@
+"""The installed daemon stopped while claimed rows wait for their transport's shared rate slot.
+
+``outbox-mailer run`` from the built wheel sends through a Resend-like transport to the fake provider
+(tests/provider_server.py) at one request every 10 s (``RATE_PER_SECOND`` 0.1, ``BURST`` 1): the first
+request goes out, and the rows claimed after it wait for the next slot. SIGTERM with a short grace
+period gives those rows back ``pending`` untried (attempts as before their claim, no attempt row, no
+claim token left, due and errored as before), so the next daemon sends them at once, each once, on
+their first attempt. kill -9 leaves them ``sending``: a daemon started later rescues them after the
+rescue delay and sends each once, since nothing had been sent for them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.e2e.chaos import DaemonProcess, Fleet, insert_rows, resend_env, sql, wait_until
+from tests.provider_server import KEY_HEADER, ProviderServer
+
+ROWS = ("SELECT d.dedupe_key, d.status, d.attempts, d.claim_token IS NULL, d.last_error, d.scheduled_at, "
+        "(SELECT count(*) FROM email_delivery_attempts a WHERE a.delivery_id = d.id) FROM email_deliveries d")
+BATCHING = pytest.mark.parametrize("batch", [True, False], ids=["a_batch", "single_rows"])
+
+
+def rows(url: str) -> dict[str, dict[str, Any]]:
+    names = ("status", "attempts", "unclaimed", "last_error", "scheduled_at", "recorded")
+    return {key: dict(zip(names, (status, int(attempts), unclaimed == "t", error, due, int(recorded)), strict=True))
+            for key, status, attempts, unclaimed, error, due, recorded in sql(url, ROWS)}
+
+
+def until(url: str, keys: list[str], status: str, daemon: DaemonProcess, timeout: float = 30) -> None:
+    wait_until(lambda: all(rows(url)[k]["status"] == status for k in keys), timeout, interval=0.05,
+               what=lambda: f"{keys} {status}; now {rows(url)}\n{daemon.log_tail()}")
+
+
+def daemon_env(db_url: str, server: ProviderServer, batch: bool, **overrides: str) -> dict[str, str]:
+    """The Resend-like transport at ``server``, batching or not; a claim may wait a minute for its slot."""
+    return resend_env(db_url, server.base_url, OUTBOX_MAILER_TRANSPORTS__RESEND__BATCH=str(batch).lower(),
+                      OUTBOX_MAILER_TRANSPORTS__RESEND__TIMEOUT_SECONDS="2",
+                      **{"OUTBOX_MAILER_RESCUE_AFTER_SECONDS": "60", **overrides})
+
+
+def slow_env(db_url: str, server: ProviderServer, batch: bool) -> dict[str, str]:
+    """One request every 10 s: the request after the first waits for its slot far longer than the test
+    needs to see its rows claimed and to stop the daemon."""
+    return daemon_env(db_url, server, batch, OUTBOX_MAILER_TRANSPORTS__RESEND__RATE_PER_SECOND="0.1",
+                      OUTBOX_MAILER_TRANSPORTS__RESEND__BURST="1", OUTBOX_MAILER_SHUTDOWN_GRACE_SECONDS="0.5")
+
+
+def fast_env(db_url: str, server: ProviderServer, batch: bool, **overrides: str) -> dict[str, str]:
+    """A daemon at a high rate. Its first request still waits for the slot the slow daemon's schedule had
+    due next (the shared schedule in PostgreSQL, 10 s after the first request): the waits below allow it."""
+    return daemon_env(db_url, server, batch, OUTBOX_MAILER_TRANSPORTS__RESEND__RATE_PER_SECOND="1000",
+                      OUTBOX_MAILER_TRANSPORTS__RESEND__BURST="100", **overrides)
+
+
+def one_request_out_the_rest_waiting(db_url: str, server: ProviderServer, fleet: Fleet,
+                                     batch: bool) -> tuple[DaemonProcess, list[str], list[str]]:
+    """A slow daemon has sent the first rows in one request and claimed the others, which wait for
+    the next slot; returns it, the first rows and the waiting ones."""
+    fleet.deadline(120)
+    per_request = 3 if batch else 1
+    first = insert_rows(db_url, per_request, prefix="first-")
+    daemon = fleet.start(slow_env(db_url, server, batch), "slow")
+    until(db_url, first, "sent", daemon)
+    waiting = insert_rows(db_url, 3, prefix="waiting-")
+    until(db_url, waiting, "sending", daemon)  # claimed, attempts charged: waiting for the next slot
+    assert len(server.sends()) == 1, "the next slot came before the stop: the rows no longer wait"
+    return daemon, first, waiting
+
+
+def sent_once_each(server: ProviderServer, keys: list[str]) -> None:
+    assert dict(server.accepted_by_header) == dict.fromkeys(keys, 1), f"each email accepted once ({KEY_HEADER})"
+
+
+def drain(db_url: str, server: ProviderServer, fleet: Fleet, env: dict[str, str], name: str,
+          keys: list[str]) -> None:
+    """A daemon started with ``env`` sends ``keys``, each accepted once, and stops cleanly."""
+    daemon = fleet.start(env, name)
+    until(db_url, keys, "sent", daemon)
+    daemon.terminate()
+    assert daemon.wait(10) == 0, daemon.log_tail()
+    sent_once_each(server, keys)
+
+
+@BATCHING
+def test_sigterm_gives_rows_waiting_for_their_rate_slot_back_untried_and_the_next_daemon_sends_each_once(
+        db_url: str, provider_server: ProviderServer, fleet: Fleet, batch: bool) -> None:
+    daemon, first, waiting = one_request_out_the_rest_waiting(db_url, provider_server, fleet, batch)
+    before = rows(db_url)
+    daemon.terminate()
+    assert daemon.wait(10) == 0, daemon.log_tail()
+
+    after = rows(db_url)
+    assert {k: (after[k]["status"], after[k]["attempts"], after[k]["recorded"]) for k in first + waiting} == {
+        **dict.fromkeys(first, ("sent", 1, 1)), **dict.fromkeys(waiting, ("pending", 0, 0))}, \
+        "the waiting rows are back untried: attempts as before their claim, no attempt row"
+    for key in waiting:
+        assert after[key]["unclaimed"], f"{key} keeps a claim token"
+        assert (after[key]["last_error"], after[key]["scheduled_at"]) == (
+            before[key]["last_error"], before[key]["scheduled_at"]), "due as before: no backoff, no error"
+    [request] = provider_server.sends()
+    assert request.path == ("/emails/batch" if batch else "/emails"), "the first request only"
+    sent_once_each(provider_server, first)
+
+    drain(db_url, provider_server, fleet, fast_env(db_url, provider_server, batch), "after-sigterm", first + waiting)
+    final = rows(db_url)
+    assert {k: (final[k]["attempts"], final[k]["recorded"]) for k in waiting} == dict.fromkeys(waiting, (1, 1)), \
+        "the waiting rows were never charged: sent on their first attempt"
+
+
+@BATCHING
+def test_kill9_while_rows_wait_for_their_rate_slot_a_later_daemon_rescues_them_and_sends_each_once(
+        db_url: str, provider_server: ProviderServer, fleet: Fleet, batch: bool) -> None:
+    daemon, first, waiting = one_request_out_the_rest_waiting(db_url, provider_server, fleet, batch)
+    daemon.kill9()
+    assert {rows(db_url)[k]["status"] for k in waiting} == {"sending"}, "a dead process writes nothing"
+
+    # the rescue delay (4.5 s) is reckoned from the dead process's claim
+    env = fast_env(db_url, provider_server, batch, OUTBOX_MAILER_RESCUE_AFTER_SECONDS="4.5")
+    drain(db_url, provider_server, fleet, env, "rescuer", first + waiting)
+    outcomes = sql(db_url, "SELECT d.dedupe_key, string_agg(a.outcome, ',' ORDER BY a.id) FROM email_deliveries d "
+                           "JOIN email_delivery_attempts a ON a.delivery_id = d.id GROUP BY 1")
+    assert {k: o for k, o in outcomes if k in waiting} == dict.fromkeys(waiting, "ambiguous,sent"), \
+        "rescued as an unknown outcome, then sent once"
