@@ -1,12 +1,14 @@
-"""The installed daemon stopped while claimed rows wait for their transport's shared rate slot.
+"""The installed daemon stopped while claimed rows wait for a request slot: the shared rate's, the lane's.
 
 ``outbox-mailer run`` from the built wheel sends through a Resend-like transport to the fake provider
 (tests/provider_server.py) at one request every 10 s (``RATE_PER_SECOND`` 0.1, ``BURST`` 1): the first
 request goes out, and the rows claimed after it wait for the next slot. SIGTERM with a short grace
 period gives those rows back ``pending`` untried (attempts as before their claim, no attempt row, no
-claim token left, due and errored as before), so the next daemon sends them at once, each once, on
-their first attempt. kill -9 leaves them ``sending``: a daemon started later rescues them after the
-rescue delay and sends each once, since nothing had been sent for them.
+claim token left, due and errored as before), so the next daemon sends each once, on its first
+attempt. kill -9 leaves them ``sending``: a daemon started later rescues them after the rescue delay
+and sends each once, since nothing had been sent for them. The same holds for rows queued behind a
+lane's one request slot (``MAX_PARALLEL`` 1) when the stop comes, while the request holding that slot
+is left to the rescuer, which resends it under its own key.
 """
 
 from __future__ import annotations
@@ -84,22 +86,28 @@ def drain(db_url: str, server: ProviderServer, fleet: Fleet, env: dict[str, str]
     sent_once_each(server, keys)
 
 
-@BATCHING
-def test_sigterm_gives_rows_waiting_for_their_rate_slot_back_untried_and_the_next_daemon_sends_each_once(
-        db_url: str, provider_server: ProviderServer, fleet: Fleet, batch: bool) -> None:
-    daemon, first, waiting = one_request_out_the_rest_waiting(db_url, provider_server, fleet, batch)
+def sigterm_gives_back_untried(db_url: str, daemon: DaemonProcess, waiting: list[str],
+                               others: dict[str, tuple[str, int, int]]) -> None:
+    """SIGTERM ``daemon``: it exits 0; the ``waiting`` rows are back untried (attempts as before their claim,
+    no attempt row, no claim token, due and errored as before) and ``others`` end (status, attempts, attempt
+    rows) as given."""
     before = rows(db_url)
     daemon.terminate()
     assert daemon.wait(10) == 0, daemon.log_tail()
-
     after = rows(db_url)
-    assert {k: (after[k]["status"], after[k]["attempts"], after[k]["recorded"]) for k in first + waiting} == {
-        **dict.fromkeys(first, ("sent", 1, 1)), **dict.fromkeys(waiting, ("pending", 0, 0))}, \
-        "the waiting rows are back untried: attempts as before their claim, no attempt row"
+    assert {k: (after[k]["status"], after[k]["attempts"], after[k]["recorded"]) for k in [*others, *waiting]} == {
+        **others, **dict.fromkeys(waiting, ("pending", 0, 0))}, "the waiting rows are back untried"
     for key in waiting:
         assert after[key]["unclaimed"], f"{key} keeps a claim token"
         assert (after[key]["last_error"], after[key]["scheduled_at"]) == (
             before[key]["last_error"], before[key]["scheduled_at"]), "due as before: no backoff, no error"
+
+
+@BATCHING
+def test_sigterm_gives_rows_waiting_for_their_rate_slot_back_untried_and_the_next_daemon_sends_each_once(
+        db_url: str, provider_server: ProviderServer, fleet: Fleet, batch: bool) -> None:
+    daemon, first, waiting = one_request_out_the_rest_waiting(db_url, provider_server, fleet, batch)
+    sigterm_gives_back_untried(db_url, daemon, waiting, dict.fromkeys(first, ("sent", 1, 1)))
     [request] = provider_server.sends()
     assert request.path == ("/emails/batch" if batch else "/emails"), "the first request only"
     sent_once_each(provider_server, first)
@@ -124,3 +132,32 @@ def test_kill9_while_rows_wait_for_their_rate_slot_a_later_daemon_rescues_them_a
                            "JOIN email_delivery_attempts a ON a.delivery_id = d.id GROUP BY 1")
     assert {k: o for k, o in outcomes if k in waiting} == dict.fromkeys(waiting, "ambiguous,sent"), \
         "rescued as an unknown outcome, then sent once"
+
+
+def test_sigterm_gives_rows_waiting_for_the_lanes_request_slot_back_untried_and_leaves_the_started_request_to_the_rescuer(
+        db_url: str, provider_server: ProviderServer, fleet: Fleet) -> None:
+    """One request slot (``MAX_PARALLEL`` 1, sending singly) held by a request the provider answers after
+    the grace period: the rows claimed behind it wait for the slot; the held one may have been delivered.
+    (A batching lane claims no rows for a request slot that is busy: it has none waiting for it.)"""
+    fleet.deadline(120)
+    provider_server.add_fault("slow", delay=3.0, count=1, paths=("/emails",))
+    held = insert_rows(db_url, 1, prefix="held-")
+    env = daemon_env(db_url, provider_server, False, OUTBOX_MAILER_TRANSPORTS__RESEND__RATE_PER_SECOND="1000",
+                     OUTBOX_MAILER_TRANSPORTS__RESEND__MAX_PARALLEL="1", OUTBOX_MAILER_SHUTDOWN_GRACE_SECONDS="0.5")
+    daemon = fleet.start(env, "one-slot")
+    wait_until(provider_server.sends, 30, interval=0.05, what=lambda: f"the held request\n{daemon.log_tail()}")
+    waiting = insert_rows(db_url, 3, prefix="waiting-")
+    until(db_url, held + waiting, "sending", daemon)
+    assert len(provider_server.sends()) == 1, "a request after the held one started: the rows no longer wait"
+    # the started request is left to the rescuer
+    sigterm_gives_back_untried(db_url, daemon, waiting, dict.fromkeys(held, ("sending", 1, 0)))
+    wait_until(lambda: set(provider_server.accepted_by_header) == set(held), 10,
+               what="the held request handled: the provider delivered its email")
+
+    drain(db_url, provider_server, fleet, {**env, "OUTBOX_MAILER_RESCUE_AFTER_SECONDS": "4.5"}, "rescuer",
+          held + waiting)
+    final = rows(db_url)
+    assert {k: final[k]["attempts"] for k in held + waiting} == {
+        **dict.fromkeys(held, 2), **dict.fromkeys(waiting, 1)}, "only the started request's row was charged twice"
+    keys = sorted(r.headers.get("idempotency-key") or "" for r in provider_server.sends())
+    assert keys == sorted(held * 2 + waiting), "the held request resent under its own key, which the provider absorbed"
