@@ -137,9 +137,10 @@ class Executor:
         return abandoned
 
     def give_back(self, delivery: Delivery) -> None:
-        """A row still queued when the sends stopped was never attempted: back to pending, not charged."""
+        """A row still queued when the sends stopped (waiting for a connection, its lane's request slot) was
+        never sent: it goes back untried, as :meth:`_cut_off` gives back a row waiting for its slot."""
         self._finish(delivery, self.ctx.attempt_route(delivery, self.ctx.transport_of(delivery)), self.ctx.clock(),
-                     Outcome.held_back("not started before shutdown"))
+                     Outcome.unstarted(STOPPED))
 
     # -- batches ------------------------------------------------------------------
 
