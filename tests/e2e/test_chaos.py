@@ -50,13 +50,19 @@ def stop(daemon: DaemonProcess, timeout: float = 20) -> int:
 # ---- kill -9 -------------------------------------------------------------------------------
 
 KILLS = 10
-KILL_ROWS = 3000
+# Each cycle consumes what its target asks (up to 250 rows), what the daemon sends while the kill is
+# timed (a poll of 20 ms and a random 0-100 ms) and what was in flight at the kill (never sent again
+# under hold): 150-500 rows a cycle as measured (rows_left_at_each_kill), up to 5,000 for ten. With
+# 3,000 rows a cycle could ask for more rows than were left (its wait timed out) or the backlog could
+# drain before the last kill (the final daemon then had nothing to do).
+KILL_ROWS = 6000
 
 
 def kill_cycles(url: str, fleet: Fleet, env: dict[str, str], rng: random.Random, total: int) -> KillRun:
     """KILLS kill -9 cycles, then one daemon drains the rest."""
     run = kill_repeatedly(url, fleet, env, rng, KILLS, max_sent_between=250)
     final = fleet.start(env, "final")
+    final.wait_for_log(r"started worker=", 30)  # a SIGTERM before its handler is set would end it with -15
     wait_until(lambda: all_settled(url, total), 90, interval=0.5,
                what=lambda: f"every row settled; now {status_counts(url)}")  # fmt: skip
     assert stop(final) == 0, final.log_tail()
