@@ -50,6 +50,25 @@ def test_a_good_row_is_accepted(db_url: str) -> None:
         ({"attempts": "-1"}, "email_deliveries_attempts_valid"),
         ({"transport": "''"}, "email_deliveries_transport_valid"),
         ({"subject": "NULL"}, "email_deliveries_has_subject"),  # without a template (schema 27)
+        # every rule a plain row can break, which schema 30's conjunction must not let through
+        ({"to_addresses": "ARRAY[['a@example.com']]"}, "email_deliveries_addresses_flat"),
+        ({"cc_addresses": "ARRAY[['c@example.com']]"}, "email_deliveries_addresses_flat"),
+        ({"bcc_addresses": "ARRAY[['b@example.com']]"}, "email_deliveries_addresses_flat"),
+        ({"bcc_addresses": "ARRAY[NULL]::text[]"}, "email_deliveries_cc_bcc_no_nulls"),
+        ({"text_body": "NULL", "html_body": "NULL"}, "email_deliveries_has_body"),
+        ({"metadata": "'{\"n\": 1e301}'"}, "a JSON number beyond"),  # short as typed, long as stored
+        ({"metadata": "'{\"n\": -1e301}'"}, "a JSON number beyond"),
+        ({"transport": "repeat('t', 65)"}, "email_deliveries_transport_valid"),
+        ({"transport": "E'smtp\\n'"}, "email_deliveries_transport_valid"),
+        ({"claim_token": "gen_random_uuid()", "claimed_at": "now()"}, "email_deliveries_claimed_iff_sending"),
+        ({"delivery_event": "'opened'"}, "email_deliveries_delivery_event_valid"),
+        ({"scheduled_at": "'infinity'"}, "email_deliveries_scheduled_at_range"),
+        ({"updated_at": "'10000-01-01'"}, "email_deliveries_updated_at_range"),
+        ({"created_at": "'0500-01-01'"}, "email_deliveries_created_at_range"),
+        ({"expires_at": "'-infinity'"}, "email_deliveries_expires_at_range"),
+        ({"template_version": "1"}, "email_deliveries_content_or_template"),
+        ({"locale": "'de'"}, "email_deliveries_content_or_template"),
+        ({"template_data": "'{}'"}, "email_deliveries_content_or_template"),
     ],
 )
 def test_constraints_refuse_bad_inserts(db_url: str, overrides: dict[str, str], constraint: str) -> None:
