@@ -21,12 +21,14 @@
 -- Hot path: no index, column or constraint changes; the claim and the outcome write are untouched (the claim
 -- session's UPDATEs fire neither trigger).
 
--- The octets of a row's content, as the daemon's max_message_bytes bound counts them. Inlined where it is
--- called (one SQL expression), so the fast path pays no call.
+-- The octets of a row's content, as the daemon's max_message_bytes bound counts them. STABLE, as
+-- array_to_string is: PostgreSQL inlines a SQL function into the expression that calls it only when the
+-- function is declared no less volatile than its body, and a call that is not inlined costs the INSERT more
+-- than all the rules it skips (measured: 40 us more than schema 29 when declared IMMUTABLE).
 CREATE FUNCTION email_deliveries_content_size(subject text, text_body text, html_body text, to_addresses text[],
                                               cc_addresses text[], bcc_addresses text[], headers jsonb,
                                               attachments jsonb, metadata jsonb, template_data jsonb)
-RETURNS bigint LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+RETURNS bigint LANGUAGE sql STABLE PARALLEL SAFE AS $$
     SELECT coalesce(octet_length(subject), 0)::bigint
         + coalesce(octet_length(text_body), 0) + coalesce(octet_length(html_body), 0)
         + coalesce(octet_length(array_to_string(to_addresses, ' ')), 0)

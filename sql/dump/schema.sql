@@ -582,7 +582,7 @@ $_$;
 --
 
 CREATE FUNCTION public.email_deliveries_content_size(subject text, text_body text, html_body text, to_addresses text[], cc_addresses text[], bcc_addresses text[], headers jsonb, attachments jsonb, metadata jsonb, template_data jsonb) RETURNS bigint
-    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    LANGUAGE sql STABLE PARALLEL SAFE
     AS $$
     SELECT coalesce(octet_length(subject), 0)::bigint
         + coalesce(octet_length(text_body), 0) + coalesce(octet_length(html_body), 0)

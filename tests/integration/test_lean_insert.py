@@ -95,3 +95,13 @@ async def test_a_transaction_of_inserts_notifies_once_at_commit_and_a_rollback_o
         assert await settled() == 1, "a rolled-back INSERT wakes nobody"
     finally:
         await listener.close()
+
+
+async def test_the_content_size_is_inlined_where_it_is_called(own_conn: asyncpg.Connection) -> None:
+    # a SQL function declared more strictly than its body (IMMUTABLE over STABLE array_to_string) is run as a
+    # call of its own on every INSERT, which cost more than the rules the conjunction skips
+    plan = await own_conn.fetch(
+        "EXPLAIN (VERBOSE) SELECT email_deliveries_content_size($1, $2, NULL, $3, '{}', '{}', '{}', '[]', '{}', NULL)",
+        "subject", "body", ["a@example.com"])
+    text = "\n".join(r[0] for r in plan)
+    assert "email_deliveries_content_size" not in text and "array_to_string" in text, text
