@@ -27,6 +27,14 @@ if str(ROOT) not in sys.path:
 
 DEFAULT_FROM = "Example Shop <noreply@example.com>"
 
+
+def daemon_defaults() -> str:
+    """The daemon's default SMTP pool and concurrency, as its settings give them (for the defaults' labels)."""
+    from outbox_mailer.settings.config import Settings
+    from outbox_mailer.settings.transports import SmtpSettings
+    pool = SmtpSettings.model_fields["pool_size"].default
+    return f"pool {pool}, concurrency {Settings.model_fields['concurrency'].default}"
+
 # A realistic transactional email: one named recipient, a subject, a short text
 # body and a short HTML body (~0.4 KB + ~0.9 KB), metadata for the app.
 TEXT_BODY = (

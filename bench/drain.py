@@ -2,7 +2,7 @@
 
 The application inserts 5,000 receipts (receipts.py; quick: 1,000) one row per transaction, as a
 web request that sends one email does; then one real CLI daemon (`python -m outbox_mailer run`,
-default pool (4) and concurrency (8)) starts and drains them to Postfix's smtp-sink (no delay: the
+at its default settings) starts and drains them to Postfix's smtp-sink (no delay: the
 daemon's own pace). Each round: VACUUM (ANALYZE) and a CHECKPOINT first, as realistic.py does.
 
 Two parts, each measured on its own: the INSERTs (WAL from the first to the last COMMIT; the CPU of
@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 import receipts
-from common import median
+from common import daemon_defaults, median
 from post_office_drain import PostOfficeDrain
 from processes import DaemonProcess, log
 from realistic import insert_lsn, wal_between
@@ -133,7 +133,7 @@ def report_rows(figures: dict[str, object]) -> list[tuple[str, ...]]:
         return []
     inside = f["checkpoints"]
     label = (f"Drain: the app inserts {f['rows']:,} receipts one per transaction, then 1 daemon process at default "
-             f"settings (pool 4, concurrency 8) sends them to smtp-sink; a CHECKPOINT before each round "
+             f"settings ({daemon_defaults()}) sends them to smtp-sink; a CHECKPOINT before each round "
              f"({inside if inside else 'none'} inside)")
     total_cpu, total_wal = f["pg_cpu_us"] + f["insert_cpu_us"], f["wal"] + f["insert_wal"]
     ours = (f"PostgreSQL {total_cpu:.0f} µs and {total_wal / 1024:.2f} KB WAL per email: the daemon "

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import receipts
-from common import median
+from common import daemon_defaults, median
 from processes import DaemonProcess, ScriptServer, log
 from statement_counts import Counting, describe, per_email
 
@@ -59,7 +59,7 @@ class Case:
 
 CASES = (
     Case("tuned", "relay 20 ms per message, pool 8, concurrency 32", 20, 8, 32, 4_000, 8 / 0.020, 100.0),
-    Case("default", "relay 50 ms per message, default pool (4) and concurrency (8)", 50, 0, 0, 800, 4 / 0.050, 150.0),
+    Case("default", f"relay 50 ms per message, the default settings ({daemon_defaults()})", 50, 0, 0, 800, 4 / 0.050, 150.0),
 )
 
 

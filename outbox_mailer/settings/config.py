@@ -126,7 +126,7 @@ class Settings(BaseSettings):
     prune: PruneSettings = PruneSettings()
     templates: TemplateSettings = TemplateSettings()  # TEMPLATES__RENDER_TIMEOUT_SECONDS, __MEMORY_LIMIT_BYTES, __CACHE_SIZE
     max_attempts: int = Field(default=8, ge=1, le=1000)  # when a row's max_attempts is null; 1-1000
-    concurrency: int = Field(default=8, ge=1, le=10_000)  # requests in flight per daemon (a batch call is one); 1-10000
+    concurrency: int = Field(default=16, ge=1, le=10_000)  # requests in flight or ready per daemon (a batch call is one); 1-10000
     batch_size: int = Field(default=100, ge=1, le=10_000)  # rows per claim; 1-10000
     poll_interval_seconds: float = Field(default=5.0, gt=0, le=HOUR)  # fallback when NOTIFY is missed; at most 1 h
     shutdown_grace_seconds: float = Field(default=30.0, ge=0, le=HOUR)  # finish in-flight sends on SIGTERM; 0-1 h

@@ -22,7 +22,7 @@ def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 def test_defaults() -> None:
     s = load_settings()
-    assert (s.smtp.tls, s.smtp.effective_port, s.max_attempts, s.concurrency, s.batch_size) == ("starttls", 587, 8, 8, 100)
+    assert (s.smtp.tls, s.smtp.effective_port, s.max_attempts, s.concurrency, s.batch_size) == ("starttls", 587, 8, 16, 100)
     assert s.effective_rescue_after_seconds == s.smtp.send_timeout_seconds + 15
 
 

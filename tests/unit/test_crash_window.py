@@ -71,11 +71,22 @@ def test_with_nothing_in_flight_each_outcome_is_written_when_it_arrives(arrivals
 
 
 def test_outcomes_of_a_relay_pace_share_a_write_of_half_the_concurrency() -> None:
-    """Default settings (concurrency 8, 4 connections) and a relay taking 50 ms: an outcome every 12.5 ms."""
+    """Concurrency 8, 4 connections and a relay taking 50 ms: an outcome every 12.5 ms."""
     window = Gathering.for_concurrency(8)
     writes = run([0.0125 * i for i in range(40)], window, sending=8)
     assert [len(batch) for _, batch in writes] == [4] * 10
     assert window.seconds <= 0.050
+
+
+def test_at_the_default_concurrency_a_relay_pace_fills_writes_within_the_window_not_beyond() -> None:
+    """The default settings (concurrency 16, 4 connections) and the same relay: up to 8 outcomes per write,
+    but no outcome waits more than the window, so a write takes the 4 or 5 that come within 50 ms."""
+    window = Gathering.for_concurrency(16)
+    assert window.outcomes == 8 and window.seconds <= 0.050
+    writes = run([0.0125 * i for i in range(40)], window, sending=16)
+    sizes = [len(batch) for _, batch in writes]
+    assert set(sizes[:-1]) == {4, 5} and sum(sizes) == 40, sizes  # the last write takes what is left
+    assert all(started - batch[0] <= window.seconds + 1e-9 for started, batch in writes)
 
 
 def test_the_window_is_bounded_in_count_by_what_is_held() -> None:
