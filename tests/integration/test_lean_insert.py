@@ -105,3 +105,29 @@ async def test_the_content_size_is_inlined_where_it_is_called(own_conn: asyncpg.
         "subject", "body", ["a@example.com"])
     text = "\n".join(r[0] for r in plan)
     assert "email_deliveries_content_size" not in text and "array_to_string" in text, text
+
+
+async def test_rows_loaded_with_copy_are_checked_and_queued_like_inserted_ones(
+        db_url: str, own_conn: asyncpg.Connection) -> None:
+    heard: list[None] = []
+    listener = await Listener.open(db_url, lambda: heard.append(None))
+    columns = ["dedupe_key", "to_addresses", "subject", "text_body"]
+    try:
+        await own_conn.copy_records_to_table(
+            "email_deliveries", columns=columns,
+            records=[(f"copied-{i}", ["a@example.com"], "hi", "x") for i in range(50)])
+        await anyio.sleep(0.3)
+        assert len(heard) == 1, "one COPY, one transaction: one notification"
+        queued = await own_conn.fetchval("SELECT count(*) FROM email_queue q JOIN email_deliveries d "
+                                         "ON d.id = q.delivery_id WHERE d.dedupe_key LIKE 'copied-%'")
+        sized = await own_conn.fetchval("SELECT count(*) FROM email_deliveries WHERE dedupe_key LIKE 'copied-%' "
+                                        "AND content_bytes = octet_length('hi' || 'x' || 'a@example.com' || '{}' "
+                                        "|| '[]' || '{}')")
+        assert (queued, sized) == (50, 50)
+        with pytest.raises(asyncpg.CheckViolationError, match="email_deliveries_has_body"):
+            await own_conn.copy_records_to_table(
+                "email_deliveries", columns=columns,
+                records=[("copied-ok", ["a@example.com"], "hi", "x"), ("copied-bad", ["a@example.com"], "hi", None)])
+        assert await own_conn.fetchval("SELECT count(*) FROM email_deliveries WHERE dedupe_key LIKE 'copied-%'") == 50
+    finally:
+        await listener.close()
