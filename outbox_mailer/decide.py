@@ -44,7 +44,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Literal
 
-from .delivery import Cause, Delivery, Outcome, OutcomeKind, RefusedRecipient, Status
+from .delivery import Cause, Delivery, Outcome, OutcomeKind, RefusedRecipient, Status, quick_init
 
 MAX_ERROR_CHARS = 2000
 LATEST = datetime(9998, 12, 31, tzinfo=UTC)  # the schema refuses scheduled_at from 9999 on
@@ -58,6 +58,7 @@ class RetryPolicy:
     in_doubt: Literal["resend", "hold"] = "resend"
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Transition:
     status: Status

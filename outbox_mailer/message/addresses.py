@@ -63,6 +63,7 @@ from email_validator.rfc_constants import (
     EMAIL_MAX_LENGTH,
 )
 
+from ..delivery import quick_init
 from ..errors import CompositionError
 
 # Cc: C0/C1 controls (CR, LF, TAB, NUL, NEL ...); Zl/Zp: U+2028/U+2029, which
@@ -114,6 +115,7 @@ def find_control_character(text: str) -> str | None:
     return None if match is None else match.group()
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class ParsedAddress:
     """One validated mailbox, with the forms composition needs rendered once, when it is parsed
