@@ -92,6 +92,8 @@ def decide(delivery: Delivery, outcome: Outcome, now: datetime, policy: RetryPol
         return Transition(Status.PENDING, refund_attempt=True, retry_recipients=delivery.retry_recipients,
                           given_back=True)
     if outcome.kind is OutcomeKind.SENT:
+        if not outcome.refused:  # most sends: every recipient took it
+            return Transition(Status.SENT, sent_at=now, provider_message_id=outcome.provider_message_id)
         retry = tuple(r.address for r in outcome.refused if not r.permanent)
         if retry:
             return _partly_sent(delivery, outcome, retry, now, policy, jitter)
