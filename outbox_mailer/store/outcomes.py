@@ -108,4 +108,4 @@ OUTCOME_COLUMNS: tuple[Column, ...] = (
 
 def outcome_parameters(writes: Sequence[OutcomeWrite]) -> list[list[Any]]:
     """The parameters of record_outcomes, in the order of its placeholders: one array per column."""
-    return [[column.value(w) for w in writes] for column in OUTCOME_COLUMNS]
+    return [list(map(column.value, writes)) for column in OUTCOME_COLUMNS]  # map: no frame per value
