@@ -51,10 +51,11 @@ def quick_init(cls: type[V]) -> type[V]:
             lines.append(f"_s{i}(self, {f.name})")
         elif f.default is not missing:
             lines.append(f"_s{i}(self, {default})")
-    lines += ["self.__post_init__()"] * hasattr(cls, "__post_init__") or ["pass"]
-    namespace: dict[str, Any] = {}  # the source is made from the field names, as the dataclass makes its own
-    exec(f"def make({', '.join(cells)}):\n def __init__(self, {', '.join(params)}):\n  " + "\n  ".join(lines)
-         + "\n return __init__", namespace)
+    lines += ["self.__post_init__()"] if hasattr(cls, "__post_init__") else []
+    namespace: dict[str, Any] = {"__name__": cls.__module__}  # the source: made of the field names, as the dataclass's
+    body = "\n  ".join(lines or ["pass"])
+    exec(f"def make({', '.join(cells)}):\n def __init__(self, {', '.join(params)}):\n  {body}\n return __init__",
+         namespace)
     init = namespace["make"](**cells)
     init.__qualname__, init.__annotations__ = f"{cls.__qualname__}.__init__", dict(own["__init__"].__annotations__)
     type.__setattr__(cls, "__init__", init)

@@ -41,8 +41,7 @@ A :class:`ParsedAddress` is rendered once, when it is made, into the forms the
 composer uses (addr-spec, display form, header words), so composition reads
 them and calls nothing here again.  The header words (:func:`address_words`):
 the name as one quoted string, or as RFC 2047 encoded words
-(:func:`encoded_words`) when it is non-ASCII, long, or contains ``=?``; the
-addr-spec always in ASCII.
+(:func:`encoded_words`) when it is non-ASCII, long, or contains ``=?``; the addr-spec always in ASCII.
 :func:`find_control_character` is shared with the composer for every other
 header-bound string.
 """
