@@ -44,7 +44,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Literal
 
-from .delivery import Cause, Delivery, Outcome, OutcomeKind, RefusedRecipient, Status
+from .delivery import Cause, Delivery, Outcome, OutcomeKind, RefusedRecipient, Status, quick_init
 
 MAX_ERROR_CHARS = 2000
 LATEST = datetime(9998, 12, 31, tzinfo=UTC)  # the schema refuses scheduled_at from 9999 on
@@ -58,6 +58,7 @@ class RetryPolicy:
     in_doubt: Literal["resend", "hold"] = "resend"
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Transition:
     status: Status
@@ -91,6 +92,8 @@ def decide(delivery: Delivery, outcome: Outcome, now: datetime, policy: RetryPol
         return Transition(Status.PENDING, refund_attempt=True, retry_recipients=delivery.retry_recipients,
                           given_back=True)
     if outcome.kind is OutcomeKind.SENT:
+        if not outcome.refused:  # most sends: every recipient took it
+            return Transition(Status.SENT, sent_at=now, provider_message_id=outcome.provider_message_id)
         retry = tuple(r.address for r in outcome.refused if not r.permanent)
         if retry:
             return _partly_sent(delivery, outcome, retry, now, policy, jitter)

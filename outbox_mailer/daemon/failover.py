@@ -38,7 +38,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from ..delivery import Cause, Delivery, Outcome
+from ..delivery import Cause, Delivery, Outcome, quick_init
 from ..errors import DatabaseError
 
 if TYPE_CHECKING:
@@ -50,6 +50,7 @@ __all__ = ["CarrierLedger", "Route", "Routes", "held_to", "presumed_carrier", "r
 _NOT_TAKEN = frozenset({Cause.UNREACHABLE, Cause.PAUSED})
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Route:
     """Where one attempt goes, taken once at its start and passed along its path."""

@@ -45,6 +45,7 @@ class Preparation:
         self.templates = templates
         self.kinds = kinds or {}  # transport name -> its kind
         self.limits = settings.render_limits()
+        self.address_policy = settings.address_policy()  # made once: composition asks for it with every row
         self.guard = StagingGuard.of(settings.allowed_recipients, settings.redirect_to)
         links = settings.unsubscribe.links()
         self.linked = links.added if links is not None else without_links  # List-Unsubscribe, or a refusal
@@ -132,7 +133,7 @@ class Preparation:
                 max_message_bytes=self.settings.max_message_bytes,
                 now=now,
                 text_alternative=self.settings.text_alternative,
-                address_policy=self.settings.address_policy(),
+                address_policy=self.address_policy,
             )
         except CompositionError as exc:
             return Outcome.unsendable(f"cannot compose: {exc}")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from ..delivery import Cause, OutcomeKind, Status
+from ..delivery import Cause, OutcomeKind, Status, quick_init
 from ..store import OutcomeWrite
 
 
@@ -25,6 +25,7 @@ COUNTED = {Status.SENT: Counted.SENT, Status.FAILED: Counted.FAILED, Status.PEND
            Status.IN_DOUBT: Counted.IN_DOUBT}
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Tally:
     """What one write counts as, read from its typed fields."""

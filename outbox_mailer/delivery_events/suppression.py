@@ -25,7 +25,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from ..delivery import Delivery, Outcome, RefusedRecipient
+from ..delivery import Delivery, Outcome, RefusedRecipient, quick_init
 from ..errors import CompositionError
 from ..message.addresses import mailbox_form
 from .bounce_tags import BounceTag, Unproven
@@ -127,6 +127,7 @@ class Suppressed:
         return f"{self.address} ({self.reason} since {self.since})"
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Screened:
     """A row after its suppressed recipients were taken out of it."""

@@ -41,8 +41,7 @@ A :class:`ParsedAddress` is rendered once, when it is made, into the forms the
 composer uses (addr-spec, display form, header words), so composition reads
 them and calls nothing here again.  The header words (:func:`address_words`):
 the name as one quoted string, or as RFC 2047 encoded words
-(:func:`encoded_words`) when it is non-ASCII, long, or contains ``=?``; the
-addr-spec always in ASCII.
+(:func:`encoded_words`) when it is non-ASCII, long, or contains ``=?``; the addr-spec always in ASCII.
 :func:`find_control_character` is shared with the composer for every other
 header-bound string.
 """
@@ -63,6 +62,7 @@ from email_validator.rfc_constants import (
     EMAIL_MAX_LENGTH,
 )
 
+from ..delivery import quick_init
 from ..errors import CompositionError
 
 # Cc: C0/C1 controls (CR, LF, TAB, NUL, NEL ...); Zl/Zp: U+2028/U+2029, which
@@ -114,6 +114,7 @@ def find_control_character(text: str) -> str | None:
     return None if match is None else match.group()
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class ParsedAddress:
     """One validated mailbox, with the forms composition needs rendered once, when it is parsed

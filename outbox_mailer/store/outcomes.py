@@ -16,11 +16,12 @@ from datetime import datetime
 from typing import Any
 
 from ..decide import Transition
-from ..delivery import Delivery, OutcomeKind, RefusedRecipient
+from ..delivery import Delivery, OutcomeKind, RefusedRecipient, quick_init
 
 RESCUER_LABEL = "rescuer "  # how the attempts table's worker column shows a rescue: "rescuer <worker>"
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class AttemptRecord:
     """One attempt, as written to email_delivery_attempts."""
@@ -46,6 +47,7 @@ class AttemptRecord:
         return RESCUER_LABEL + self.worker if self.rescue else self.worker
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class OutcomeWrite:
     """A decided transition and its attempt (not written when the transition gives the claim back untried)."""
@@ -106,4 +108,4 @@ OUTCOME_COLUMNS: tuple[Column, ...] = (
 
 def outcome_parameters(writes: Sequence[OutcomeWrite]) -> list[list[Any]]:
     """The parameters of record_outcomes, in the order of its placeholders: one array per column."""
-    return [[column.value(w) for w in writes] for column in OUTCOME_COLUMNS]
+    return [list(map(column.value, writes)) for column in OUTCOME_COLUMNS]  # map: no frame per value
