@@ -25,7 +25,7 @@ from pathlib import Path
 
 import asyncpg
 
-from common import free_port, wait_port
+from common import free_port, rss_mb, wait_port
 from outbox_mailer.devtools.pgcluster import TemporaryPostgres
 from outbox_mailer.settings.config import Settings
 from outbox_mailer.store import Store
@@ -39,13 +39,6 @@ INSERT = """
 INSERT INTO email_deliveries (dedupe_key, to_addresses, subject, text_body, attachments)
 VALUES ($1, ARRAY['to@example.com'], 'A large attachment', 'See the attachment.', $2::jsonb)
 """
-
-
-def peak_rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
 
 
 async def main() -> None:
@@ -74,10 +67,10 @@ async def main() -> None:
             started, sent, peak = time.monotonic(), 0, 0.0
             try:
                 while sent < ROWS and time.monotonic() - started < 600:
-                    peak = max(peak, peak_rss_mb(daemon.pid))
+                    peak = max(peak, rss_mb(daemon.pid)[1])
                     sent = await conn.fetchval("SELECT count(*) FROM email_deliveries WHERE status = 'sent'")
                     await asyncio.sleep(0.2)
-                peak = max(peak, peak_rss_mb(daemon.pid))
+                peak = max(peak, rss_mb(daemon.pid)[1])
             finally:
                 daemon.send_signal(signal.SIGTERM)
                 daemon.wait(60)
